@@ -1,0 +1,138 @@
+//! File-system edges: resolving the CA bundle and writing a bundle all-or-nothing.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use kk_model::yaml::{LoadLimits, load_documents};
+use kk_render::Bundle;
+use kk_spec::LoadedSpec;
+use serde_json::Value;
+
+use crate::Failure;
+
+/// The CA PEM named by `spec.caBundle`, with errors pointing at the field.
+pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failure> {
+    let ca = &loaded.spec.spec.ca_bundle;
+    let at = |field: &str| {
+        let path = kk_model::FieldPath::parse(&format!("spec.caBundle.{field}"));
+        format!(
+            "{}:{}: spec.caBundle.{field}",
+            loaded.file,
+            loaded.document.pos(&path)
+        )
+    };
+    if let Some(b64) = &ca.base64 {
+        return base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| Failure(format!("{}: not base64: {e}", at("base64"))));
+    }
+    if let Some(file) = &ca.file {
+        let path = base_dir.join(expand_home(file));
+        return std::fs::read(&path).map_err(|e| {
+            Failure(format!(
+                "{}: cannot read {}: {e}",
+                at("file"),
+                path.display()
+            ))
+        });
+    }
+    if let Some(kc) = &ca.kubeconfig {
+        let path = base_dir.join(expand_home(&kc.path));
+        return ca_from_kubeconfig(&path, kc.cluster.as_deref())
+            .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())));
+    }
+    Err(Failure(format!(
+        "{}:{}: spec.caBundle: no source set",
+        loaded.file, loaded.document.start
+    )))
+}
+
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// `certificate-authority-data` (or the file `certificate-authority` names) of one
+/// kubeconfig cluster: the named one, else the current context's.
+pub fn ca_from_kubeconfig(path: &Path, cluster: Option<&str>) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let docs = load_documents(&text, LoadLimits::default()).map_err(|e| e.to_string())?;
+    let config = docs.first().map(|d| &d.value).ok_or("empty kubeconfig")?;
+    let wanted = match cluster {
+        Some(name) => name.to_owned(),
+        None => {
+            let current = config["current-context"]
+                .as_str()
+                .ok_or("no current-context; name the cluster")?;
+            find_named(config, "contexts", current)
+                .and_then(|c| c["context"]["cluster"].as_str())
+                .ok_or(format!("context {current:?} not found"))?
+                .to_owned()
+        }
+    };
+    let entry = find_named(config, "clusters", &wanted)
+        .map(|c| &c["cluster"])
+        .ok_or(format!("cluster {wanted:?} not found"))?;
+    if let Some(data) = entry["certificate-authority-data"].as_str() {
+        return base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| format!("certificate-authority-data is not base64: {e}"));
+    }
+    if let Some(file) = entry["certificate-authority"].as_str() {
+        let ca_path = path.parent().unwrap_or(Path::new(".")).join(file);
+        return std::fs::read(&ca_path).map_err(|e| format!("{}: {e}", ca_path.display()));
+    }
+    Err(format!("cluster {wanted:?} has no certificate authority"))
+}
+
+fn find_named<'v>(config: &'v Value, list: &str, name: &str) -> Option<&'v Value> {
+    config[list]
+        .as_array()?
+        .iter()
+        .find(|entry| entry["name"].as_str() == Some(name))
+}
+
+/// Writes every file into a fresh sibling directory, then swaps it into place, so a
+/// failure leaves either the old bundle or the new one, never a mix.
+pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Result<(), Failure> {
+    if dir.exists() && !force {
+        return Err(Failure(format!(
+            "{} exists; pass --force to replace it",
+            dir.display()
+        )));
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).map_err(|e| Failure(format!("{}: {e}", parent.display())))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".kubean-karpenter-")
+        .tempdir_in(&parent)
+        .map_err(|e| Failure(format!("{}: {e}", parent.display())))?;
+    for (rel, content) in &bundle.files {
+        let path = staging.path().join(rel);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?;
+        }
+        std::fs::write(&path, content).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    }
+    let staged = staging.keep();
+    if dir.exists() {
+        let old = parent.join(format!(".kubean-karpenter-old-{}", std::process::id()));
+        std::fs::rename(dir, &old).map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+        if let Err(e) = std::fs::rename(&staged, dir) {
+            // Put the old bundle back rather than leave nothing.
+            let _ = std::fs::rename(&old, dir);
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(Failure(format!("{}: {e}", dir.display())));
+        }
+        let _ = std::fs::remove_dir_all(&old);
+    } else if let Err(e) = std::fs::rename(&staged, dir) {
+        let _ = std::fs::remove_dir_all(&staged);
+        return Err(Failure(format!("{}: {e}", dir.display())));
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! `kubean-karpenter`: the command line. Arguments are parsed here, files are read and
+//! written here; everything else is the pure crates.
+//!
+//! Exit codes: 0 success, 1 findings, 2 usage or input error.
+
+mod files;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kk_spec::{EXAMPLE, EXAMPLE_FILE, LoadedSpec, parse_spec};
+
+#[derive(Parser)]
+#[command(
+    name = "kubean-karpenter",
+    version,
+    about = "Kubean-built Kubernetes clusters with Karpenter elastic CPU and GPU EC2 workers",
+    long_about = "Turns one ElasticCluster spec into everything the Kubean + Karpenter runbook \
+                  asks for: Kubean inventory and operations, Karpenter Helm values, EC2NodeClasses \
+                  and NodePools whose userData really joins, the NVIDIA device plugin, IAM policies \
+                  and verification workloads.\n\nExit codes: 0 ok, 1 findings, 2 usage or input error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools).
+    Init,
+    /// Check a spec and report every problem with file:line:col (exit 2 if any).
+    Validate {
+        /// The spec file, or - for standard input.
+        spec: String,
+    },
+    /// Render the whole bundle from a spec: kubean/, cloud/, karpenter/, nodeclasses/,
+    /// nodepools/, gpu/, iam/, verify/ and ORDER.md.
+    Render {
+        /// The spec file, or - for standard input. Omit with --example.
+        #[arg(required_unless_present = "example", conflicts_with = "example")]
+        spec: Option<String>,
+        /// Render the built-in example spec (the one `init` prints).
+        #[arg(long)]
+        example: bool,
+        /// Output directory (replaced as a whole, never half-written), or - to print the
+        /// Kubernetes manifests to standard output in apply order.
+        #[arg(short = 'o', long = "output", default_value = "bundle")]
+        output: String,
+        /// Replace an existing output directory.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// An error the user must act on; printed once, exit 2.
+struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(Failure(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Command::Init => {
+            std::io::stdout().write_all(EXAMPLE.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate { spec } => {
+            let (loaded, _) = load_spec(&spec)?;
+            println!(
+                "{}: ElasticCluster {} is valid ({} pools)",
+                loaded.file,
+                loaded.spec.metadata.name,
+                loaded.spec.spec.pools.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Render {
+            spec,
+            example,
+            output,
+            force,
+        } => {
+            let (loaded, base_dir) = if example {
+                (load_text(EXAMPLE, EXAMPLE_FILE)?, PathBuf::from("."))
+            } else {
+                load_spec(spec.as_deref().unwrap_or("-"))?
+            };
+            let ca_pem = files::resolve_ca(&loaded, &base_dir)?;
+            let bundle = kk_render::render(&loaded.spec, &ca_pem)
+                .map_err(|e| Failure(format!("{}: {e}", loaded.file)))?;
+            if output == "-" {
+                let mut out = std::io::stdout().lock();
+                for (i, (path, object)) in bundle.manifests().iter().enumerate() {
+                    if i > 0 {
+                        writeln!(out, "---")?;
+                    }
+                    writeln!(out, "# Source: {path}")?;
+                    out.write_all(serde_saphyr::to_string(object)?.as_bytes())?;
+                }
+            } else {
+                let dir = Path::new(&output);
+                files::write_bundle_atomically(dir, &bundle, force)?;
+                eprintln!(
+                    "wrote {} files to {} (read {}/ORDER.md for the apply order)",
+                    bundle.files.len(),
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Reads a spec from a path or `-`; returns it with the directory relative paths resolve against.
+fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
+    if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Failure(format!("<stdin>: {e}")))?;
+        return Ok((load_text(&text, "<stdin>")?, PathBuf::from(".")));
+    }
+    let bytes = std::fs::read(arg).map_err(|e| Failure(format!("{arg}: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|_| Failure(format!("{arg}: not UTF-8 text")))?;
+    let base = Path::new(arg)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Ok((load_text(&text, arg)?, base))
+}
+
+fn load_text(text: &str, file: &str) -> Result<LoadedSpec, Failure> {
+    parse_spec(text, file).map_err(|errors| {
+        let count = errors.len();
+        let mut message = errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\nerror: ");
+        message.push_str(&format!(
+            "\n{count} problem{} in {file}; nothing written",
+            if count == 1 { "" } else { "s" }
+        ));
+        Failure(message)
+    })
+}

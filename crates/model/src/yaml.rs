@@ -1,0 +1,542 @@
+//! YAML → JSON values that remember where every value came from.
+//!
+//! Kubernetes tooling thinks in JSON (the apiserver, CEL, the CRD schemas), while
+//! people write YAML and want errors that point at a line. So we parse YAML events
+//! ourselves, build `serde_json::Value`s and keep a side table from field path to
+//! source position. Limits on size, depth and alias expansion keep hostile input
+//! (alias bombs, deep nesting) to one clear error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span};
+use serde_json::{Map, Number, Value};
+
+use crate::path::{FieldPath, PathSeg};
+
+/// A 1-based line and column in the source text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Pos {
+    pub line: usize,
+    pub col: usize,
+}
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+fn pos_of(span: &Span) -> Pos {
+    Pos {
+        line: span.start.line(),
+        col: span.start.col() + 1,
+    }
+}
+
+/// Bounds on what one `load_documents` call accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadLimits {
+    /// Largest input accepted, in bytes.
+    pub max_bytes: usize,
+    /// Deepest nesting of mappings and sequences.
+    pub max_depth: usize,
+    /// Most values built in total, counting every alias expansion.
+    pub max_nodes: usize,
+}
+
+impl Default for LoadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 16 * 1024 * 1024,
+            max_depth: 64,
+            max_nodes: 2_000_000,
+        }
+    }
+}
+
+/// One YAML document as a JSON value plus the position of each value in it.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub value: Value,
+    /// Position of the value at each path (the root path maps to the document start).
+    pub positions: BTreeMap<FieldPath, Pos>,
+    /// Position of the key of each mapping entry, for "unknown field" style errors.
+    pub key_positions: BTreeMap<FieldPath, Pos>,
+    /// The document's first position, for errors about the whole document.
+    pub start: Pos,
+}
+
+impl Document {
+    /// The position of `path`, or of the nearest ancestor that has one.
+    pub fn pos(&self, path: &FieldPath) -> Pos {
+        let mut current = Some(path.clone());
+        while let Some(path) = current {
+            if let Some(pos) = self.positions.get(&path) {
+                return *pos;
+            }
+            current = path.parent();
+        }
+        self.start
+    }
+
+    /// Where the key of `path` is written, falling back to its value.
+    pub fn key_pos(&self, path: &FieldPath) -> Pos {
+        self.key_positions
+            .get(path)
+            .copied()
+            .unwrap_or_else(|| self.pos(path))
+    }
+}
+
+/// Why a text is not YAML we accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{pos}: {message}")]
+pub struct YamlError {
+    pub pos: Pos,
+    pub message: String,
+}
+
+/// Parses every document in `text`. Empty documents (only comments or `---`) are dropped.
+pub fn load_documents(text: &str, limits: LoadLimits) -> Result<Vec<Document>, YamlError> {
+    if text.len() > limits.max_bytes {
+        return Err(YamlError {
+            pos: Pos { line: 1, col: 1 },
+            message: format!(
+                "input is {} bytes, over the limit of {} bytes",
+                text.len(),
+                limits.max_bytes
+            ),
+        });
+    }
+    let mut builder = Builder {
+        parser: Parser::new_from_str(text),
+        limits,
+        nodes: 0,
+        anchors: HashMap::new(),
+    };
+    builder.stream()
+}
+
+struct Builder<'a> {
+    parser: Parser<'a, saphyr_parser::StrInput<'a>>,
+    limits: LoadLimits,
+    nodes: usize,
+    /// Anchored values with their positions relative to the anchor, for alias expansion.
+    anchors: HashMap<usize, Anchored>,
+}
+
+#[derive(Clone)]
+struct Anchored {
+    value: Value,
+    size: usize,
+}
+
+struct Tables {
+    positions: BTreeMap<FieldPath, Pos>,
+    key_positions: BTreeMap<FieldPath, Pos>,
+}
+
+impl<'a> Builder<'a> {
+    fn next(&mut self) -> Result<(Event<'a>, Span), YamlError> {
+        match self.parser.next_event() {
+            Some(Ok(pair)) => Ok(pair),
+            Some(Err(err)) => Err(YamlError {
+                pos: Pos {
+                    line: err.marker().line(),
+                    col: err.marker().col() + 1,
+                },
+                message: err.info().to_owned(),
+            }),
+            None => Err(YamlError {
+                pos: Pos::default(),
+                message: "unexpected end of input".into(),
+            }),
+        }
+    }
+
+    fn stream(&mut self) -> Result<Vec<Document>, YamlError> {
+        let mut docs = Vec::new();
+        loop {
+            let (event, span) = self.next()?;
+            match event {
+                Event::StreamStart | Event::Nothing => {}
+                Event::StreamEnd => return Ok(docs),
+                Event::DocumentStart(_) => {
+                    self.anchors.clear();
+                    let start = pos_of(&span);
+                    let mut tables = Tables {
+                        positions: BTreeMap::new(),
+                        key_positions: BTreeMap::new(),
+                    };
+                    let (first, first_span) = self.next()?;
+                    if matches!(first, Event::DocumentEnd) {
+                        continue;
+                    }
+                    let value = self.node(first, first_span, &FieldPath::root(), 0, &mut tables)?;
+                    let (end, end_span) = self.next()?;
+                    if !matches!(end, Event::DocumentEnd) {
+                        return Err(YamlError {
+                            pos: pos_of(&end_span),
+                            message: "expected the end of the document".into(),
+                        });
+                    }
+                    if value.is_null() {
+                        continue;
+                    }
+                    docs.push(Document {
+                        value,
+                        positions: tables.positions,
+                        key_positions: tables.key_positions,
+                        start,
+                    });
+                }
+                other => {
+                    return Err(YamlError {
+                        pos: pos_of(&span),
+                        message: format!("unexpected YAML event {other:?}"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, added: usize, span: &Span) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(added);
+        if self.nodes > self.limits.max_nodes {
+            return Err(YamlError {
+                pos: pos_of(span),
+                message: format!(
+                    "document expands to more than {} values (alias expansion bomb?)",
+                    self.limits.max_nodes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn node(
+        &mut self,
+        event: Event<'a>,
+        span: Span,
+        path: &FieldPath,
+        depth: usize,
+        tables: &mut Tables,
+    ) -> Result<Value, YamlError> {
+        if depth > self.limits.max_depth {
+            return Err(YamlError {
+                pos: pos_of(&span),
+                message: format!("nesting deeper than {} levels", self.limits.max_depth),
+            });
+        }
+        tables.positions.insert(path.clone(), pos_of(&span));
+        let start_nodes = self.nodes;
+        self.count(1, &span)?;
+        let (value, anchor) = match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                let tag = tag.map(|t| t.suffix.clone());
+                (scalar(&text, style, tag.as_deref()), anchor)
+            }
+            Event::SequenceStart(anchor, _) => {
+                let mut items = Vec::new();
+                loop {
+                    let (event, span) = self.next()?;
+                    if matches!(event, Event::SequenceEnd) {
+                        break;
+                    }
+                    let child = path.index(items.len());
+                    items.push(self.node(event, span, &child, depth + 1, tables)?);
+                }
+                (Value::Array(items), anchor)
+            }
+            Event::MappingStart(anchor, _) => {
+                let mut map = Map::new();
+                loop {
+                    let (event, key_span) = self.next()?;
+                    if matches!(event, Event::MappingEnd) {
+                        break;
+                    }
+                    let key = match event {
+                        Event::Scalar(text, ..) => text.into_owned(),
+                        Event::Alias(id) => match self.anchors.get(&id).map(|a| &a.value) {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(other) if !other.is_object() && !other.is_array() => {
+                                other.to_string()
+                            }
+                            _ => {
+                                return Err(YamlError {
+                                    pos: pos_of(&key_span),
+                                    message: "mapping keys must be scalars".into(),
+                                });
+                            }
+                        },
+                        _ => {
+                            return Err(YamlError {
+                                pos: pos_of(&key_span),
+                                message: "mapping keys must be scalars".into(),
+                            });
+                        }
+                    };
+                    if map.contains_key(&key) {
+                        return Err(YamlError {
+                            pos: pos_of(&key_span),
+                            message: format!("duplicate key {key:?}"),
+                        });
+                    }
+                    let child = path.key(&key);
+                    tables
+                        .key_positions
+                        .insert(child.clone(), pos_of(&key_span));
+                    let (event, span) = self.next()?;
+                    let value = self.node(event, span, &child, depth + 1, tables)?;
+                    map.insert(key, value);
+                }
+                (Value::Object(map), anchor)
+            }
+            Event::Alias(id) => {
+                let Some(anchored) = self.anchors.get(&id).cloned() else {
+                    return Err(YamlError {
+                        pos: pos_of(&span),
+                        message: "alias to an unknown anchor".into(),
+                    });
+                };
+                if depth + json_depth(&anchored.value) > self.limits.max_depth {
+                    return Err(YamlError {
+                        pos: pos_of(&span),
+                        message: format!("nesting deeper than {} levels", self.limits.max_depth),
+                    });
+                }
+                self.count(anchored.size, &span)?;
+                record_positions(&anchored.value, path, pos_of(&span), tables);
+                return Ok(anchored.value);
+            }
+            other => {
+                return Err(YamlError {
+                    pos: pos_of(&span),
+                    message: format!("unexpected YAML event {other:?}"),
+                });
+            }
+        };
+        if anchor > 0 {
+            let size = self.nodes - start_nodes;
+            self.anchors.insert(
+                anchor,
+                Anchored {
+                    value: value.clone(),
+                    size,
+                },
+            );
+        }
+        Ok(value)
+    }
+}
+
+/// Values copied in by an alias all point at the alias itself.
+fn record_positions(value: &Value, path: &FieldPath, pos: Pos, tables: &mut Tables) {
+    tables.positions.insert(path.clone(), pos);
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                record_positions(item, &path.index(i), pos, tables);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                record_positions(v, &path.key(k), pos, tables);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn json_depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(json_depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Resolves a scalar with the YAML 1.2 core schema, as Kubernetes' YAML readers do for
+/// the values that matter (quoted text is always a string).
+fn scalar(text: &str, style: ScalarStyle, tag: Option<&str>) -> Value {
+    match tag {
+        Some("str") => return Value::String(text.to_owned()),
+        Some("null") => return Value::Null,
+        _ => {}
+    }
+    if style != ScalarStyle::Plain {
+        return Value::String(text.to_owned());
+    }
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Some(n) = parse_int(text) {
+        return Value::Number(n);
+    }
+    if looks_like_float(text)
+        && let Ok(f) = text.parse::<f64>()
+        && let Some(n) = Number::from_f64(f)
+    {
+        return Value::Number(n);
+    }
+    Value::String(text.to_owned())
+}
+
+fn parse_int(text: &str) -> Option<Number> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (radix, digits) = if let Some(hex) = digits.strip_prefix("0x") {
+        (16, hex)
+    } else if let Some(oct) = digits.strip_prefix("0o") {
+        (8, oct)
+    } else {
+        (10, digits)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(digits, radix).ok()?;
+    if negative {
+        let value = i64::try_from(magnitude).ok()?;
+        Some(Number::from(-value))
+    } else {
+        Some(Number::from(magnitude))
+    }
+}
+
+fn looks_like_float(text: &str) -> bool {
+    let body = text.trim_start_matches(['-', '+']);
+    !body.is_empty()
+        && body.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+        && body
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'))
+        && body.chars().any(|c| c.is_ascii_digit())
+}
+
+/// Serialises values as YAML documents separated by `---`, deterministic for equal input.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::ser_error::Error> {
+    serde_saphyr::to_string(value)
+}
+
+/// Reads one JSON path out of a value.
+pub fn get<'v>(value: &'v Value, path: &FieldPath) -> Option<&'v Value> {
+    let mut current = value;
+    for seg in &path.0 {
+        current = match (seg, current) {
+            (PathSeg::Key(k), Value::Object(map)) => map.get(k)?,
+            (PathSeg::Index(i), Value::Array(items)) => items.get(*i)?,
+            _ => return None,
+        };
+    }
+    Some(current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn load(text: &str) -> Result<Vec<Document>, YamlError> {
+        load_documents(text, LoadLimits::default())
+    }
+
+    #[test]
+    fn values_and_positions() {
+        let docs = load("a: 1\nb:\n  - x\n  - \"2\"\n---\n# empty\n---\nc: true\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].value, json!({"a": 1, "b": ["x", "2"]}));
+        assert_eq!(
+            docs[0].pos(&FieldPath::parse("b[1]")),
+            Pos { line: 4, col: 5 }
+        );
+        assert_eq!(
+            docs[0].key_pos(&FieldPath::parse("b")),
+            Pos { line: 2, col: 1 }
+        );
+        assert_eq!(docs[1].value, json!({"c": true}));
+        assert_eq!(docs[1].pos(&FieldPath::parse("c")).line, 8);
+    }
+
+    #[test]
+    fn scalars_follow_the_core_schema() {
+        let docs = load("a: 0x1f\nb: -3\nc: 1.5\nd: 1e3\ne: ~\nf: 1Gi\ng: '5'\nh: v1.2\n").unwrap();
+        assert_eq!(
+            docs[0].value,
+            json!({"a": 31, "b": -3, "c": 1.5, "d": 1000.0, "e": null, "f": "1Gi", "g": "5", "h": "v1.2"})
+        );
+    }
+
+    #[test]
+    fn block_scalars_keep_their_text() {
+        let docs = load("s: |\n  #!/bin/bash\n  echo hi\n").unwrap();
+        assert_eq!(docs[0].value["s"], "#!/bin/bash\necho hi\n");
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_with_a_position() {
+        let err = load("a: 1\nb: 2\na: 3\n").unwrap_err();
+        assert_eq!(err.pos, Pos { line: 3, col: 1 });
+        assert!(err.message.contains("duplicate key"));
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let prev = i - 1;
+            text.push_str(&format!(
+                "a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
+            ));
+        }
+        let err = load(&text).unwrap_err();
+        assert!(err.message.contains("alias expansion"), "{err}");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let text = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        let err = load(&text).unwrap_err();
+        assert!(err.message.contains("nesting deeper"), "{err}");
+    }
+
+    #[test]
+    fn oversized_input_is_refused() {
+        let limits = LoadLimits {
+            max_bytes: 10,
+            ..LoadLimits::default()
+        };
+        let err = load_documents("a: 123456789\n", limits).unwrap_err();
+        assert!(err.message.contains("over the limit"));
+    }
+
+    #[test]
+    fn syntax_errors_have_positions() {
+        let err = load("a: [1, 2\nb: 3\n").unwrap_err();
+        assert!(err.pos.line >= 1);
+    }
+
+    #[test]
+    fn aliases_expand() {
+        let docs = load("base: &b {x: 1}\nother: *b\n").unwrap();
+        assert_eq!(docs[0].value["other"], json!({"x": 1}));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
+            let _ = load(&text);
+        }
+
+        #[test]
+        fn never_panics_on_yamlish_text(text in "[-:\\[\\]{}&*!|>'\" \\n#a-z0-9,?]{0,200}") {
+            let _ = load(&text);
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! `cloud/`: the AWS cloud controller manager (pinned to control-plane nodes) and Helm values
+//! for the EBS CSI driver — seed workflow step 2. Kubelets run `--cloud-provider=external`,
+//! so until the CCM runs no node loses `node.cloudprovider.kubernetes.io/uninitialized`
+//! and Karpenter never sees one initialized.
+
+use kk_spec::ElasticCluster;
+use serde_json::{Value, json};
+
+use crate::names::{INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::{Bundle, RenderError};
+
+const NAME: &str = "aws-cloud-controller-manager";
+const SERVICE_ACCOUNT: &str = "cloud-controller-manager";
+
+fn ccm_image(kubernetes_version: &str) -> String {
+    // The CCM is released per Kubernetes minor, v1.<minor>.x; pin the matching line.
+    let minor = kubernetes_version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or("35");
+    format!("registry.k8s.io/provider-aws/cloud-controller-manager:v1.{minor}.0")
+}
+
+fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
+    let labels = json!({ MANAGED_BY.0: MANAGED_BY.1 });
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": { "name": SERVICE_ACCOUNT, "namespace": "kube-system", "labels": labels },
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": { "name": "system:cloud-controller-manager", "labels": labels },
+            "rules": [
+                { "apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"] },
+                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["*"] },
+                { "apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"] },
+                { "apiGroups": [""], "resources": ["services"], "verbs": ["list", "patch", "update", "watch"] },
+                { "apiGroups": [""], "resources": ["services/status"], "verbs": ["list", "patch", "update", "watch"] },
+                { "apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["create", "get"] },
+                { "apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "update", "watch"] },
+                { "apiGroups": [""], "resources": ["endpoints"], "verbs": ["create", "get", "list", "watch", "update"] },
+                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "list", "watch", "update"] },
+                { "apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"] },
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": { "name": "system:cloud-controller-manager", "labels": labels },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:cloud-controller-manager" },
+            "subjects": [{ "kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": "kube-system" }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": "cloud-controller-manager:apiserver-authentication-reader", "namespace": "kube-system", "labels": labels },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "extension-apiserver-authentication-reader" },
+            "subjects": [{ "kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": "kube-system" }],
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": { "name": NAME, "namespace": "kube-system", "labels": labels },
+            "spec": {
+                "selector": { "matchLabels": { "k8s-app": NAME } },
+                "updateStrategy": { "type": "RollingUpdate" },
+                "template": {
+                    "metadata": { "labels": { "k8s-app": NAME } },
+                    "spec": {
+                        "nodeSelector": { "node-role.kubernetes.io/control-plane": "" },
+                        "tolerations": [
+                            { "key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule" },
+                            { "key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule" },
+                        ],
+                        "serviceAccountName": SERVICE_ACCOUNT,
+                        "priorityClassName": "system-node-critical",
+                        "hostNetwork": true,
+                        "containers": [{
+                            "name": NAME,
+                            "image": ccm_image(&cluster.spec.kubernetes_version),
+                            "args": ["--v=2", "--cloud-provider=aws", "--use-service-account-credentials=true", "--configure-cloud-routes=false"],
+                            "env": [{ "name": "AWS_REGION", "value": cluster.spec.aws.region }],
+                            "resources": { "requests": { "cpu": "200m" } },
+                        }],
+                    }
+                }
+            }
+        }),
+    ]
+}
+
+fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
+    json!({
+        "controller": {
+            "region": cluster.spec.aws.region,
+            "nodeSelector": { INFRA_ROLE_LABEL: "" },
+            "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+        },
+        "node": {
+            // Every node, Karpenter's included, needs the node plugin to mount volumes.
+            "tolerateAllTaints": true,
+        },
+    })
+}
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    bundle.add_yaml("cloud/aws-cloud-controller-manager.yaml", &ccm(cluster))?;
+    bundle.add_yaml("cloud/ebs-csi-values.yaml", &[ebs_csi_values(cluster)])
+}

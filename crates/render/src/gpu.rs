@@ -1,0 +1,111 @@
+//! `gpu/`: the NVIDIA device plugin, tolerating exactly the GPU pools' taints and selecting
+//! their label, plus a time-slicing config when a pool shares GPUs.
+//!
+//! Karpenter waits for every extended resource an instance type has (nvidia.com/gpu) before
+//! it calls a node initialized, and has no timeout: a device plugin that cannot land on a
+//! GPU node leaves it uninitialized and billed forever.
+
+use std::collections::BTreeSet;
+
+use kk_spec::{ElasticCluster, PoolType};
+use serde_json::{Value, json};
+
+use crate::names::{ACCELERATOR_LABEL, MANAGED_BY};
+use crate::{Bundle, RenderError};
+
+pub const NAMESPACE: &str = "kube-system";
+pub const NAME: &str = "nvidia-device-plugin";
+const TIME_SLICING_CONFIG: &str = "nvidia-device-plugin-time-slicing";
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let spec = &cluster.spec;
+    let gpu_pools: Vec<_> = spec
+        .pools
+        .iter()
+        .filter(|p| p.pool_type == PoolType::Gpu)
+        .collect();
+    let Some(stack) = &spec.gpu else {
+        return Ok(());
+    };
+    if gpu_pools.is_empty() {
+        return Ok(());
+    }
+    let mut tolerations: BTreeSet<(String, Option<String>, String)> = BTreeSet::new();
+    for pool in &gpu_pools {
+        for t in &pool.taints {
+            tolerations.insert((t.key.clone(), t.value.clone(), t.effect.clone()));
+        }
+    }
+    let mut tolerations: Vec<Value> = tolerations
+        .into_iter()
+        .map(|(key, value, effect)| match value {
+            Some(value) => {
+                json!({ "key": key, "operator": "Equal", "value": value, "effect": effect })
+            }
+            None => json!({ "key": key, "operator": "Exists", "effect": effect }),
+        })
+        .collect();
+    // Karpenter's own NoExecute taint is gone before pods schedule; CriticalAddonsOnly is not ours.
+    tolerations.push(json!({ "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists", "effect": "NoSchedule" }));
+
+    // One config for the whole DaemonSet: the largest replica count asked for. Pools that
+    // want different sharing would need per-node configs (a node label), not done here.
+    let replicas = gpu_pools
+        .iter()
+        .filter_map(|p| p.gpu.as_ref())
+        .map(|g| g.sharing_replicas)
+        .max()
+        .unwrap_or(1);
+    let mut container = json!({
+        "name": NAME,
+        "image": format!("nvcr.io/nvidia/k8s-device-plugin:{}", stack.device_plugin_version),
+        "args": ["--fail-on-init-error=true"],
+        "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } },
+        "volumeMounts": [{ "name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins" }],
+        "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+    });
+    let mut volumes = vec![
+        json!({ "name": "device-plugin", "hostPath": { "path": "/var/lib/kubelet/device-plugins" } }),
+    ];
+    let mut docs = Vec::new();
+    if replicas > 1 {
+        let config = format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+        );
+        docs.push(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": TIME_SLICING_CONFIG, "namespace": NAMESPACE, "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+            "data": { "config.yaml": config },
+        }));
+        container["args"] = json!([
+            "--fail-on-init-error=true",
+            "--config-file=/etc/nvidia-device-plugin/config.yaml"
+        ]);
+        container["volumeMounts"]
+            .as_array_mut()
+            .expect("array")
+            .push(json!({ "name": "config", "mountPath": "/etc/nvidia-device-plugin" }));
+        volumes.push(json!({ "name": "config", "configMap": { "name": TIME_SLICING_CONFIG } }));
+    }
+    docs.push(json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": { "name": NAME, "namespace": NAMESPACE, "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+        "spec": {
+            "selector": { "matchLabels": { "name": NAME } },
+            "updateStrategy": { "type": "RollingUpdate" },
+            "template": {
+                "metadata": { "labels": { "name": NAME } },
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "nodeSelector": { ACCELERATOR_LABEL.0: ACCELERATOR_LABEL.1 },
+                    "tolerations": tolerations,
+                    "containers": [container],
+                    "volumes": volumes,
+                }
+            }
+        }
+    }));
+    bundle.add_yaml("gpu/nvidia-device-plugin.yaml", &docs)
+}

@@ -1,0 +1,288 @@
+//! `iam/`: the Karpenter controller policy (scoped to this cluster, no eks:*), the node role
+//! and instance profile, the node's read access to the join store, and the discovery tags.
+
+use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
+use serde_json::{Value, json};
+
+use crate::names;
+use crate::{Bundle, RenderError};
+
+fn statement(sid: &str, actions: &[&str], resources: Value, condition: Option<Value>) -> Value {
+    let mut s = json!({ "Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resources });
+    if let Some(c) = condition {
+        s["Condition"] = c;
+    }
+    s
+}
+
+pub fn controller_policy(cluster: &ElasticCluster) -> Value {
+    let name = &cluster.metadata.name;
+    let aws = &cluster.spec.aws;
+    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let ec2 = |res: &str| format!("arn:{p}:ec2:{r}:*:{res}");
+    let owned = format!("aws:ResourceTag/kubernetes.io/cluster/{name}");
+    let requested_owned = format!("aws:RequestTag/kubernetes.io/cluster/{name}");
+    let tagged_resources = json!([
+        ec2("fleet/*"),
+        ec2("instance/*"),
+        ec2("volume/*"),
+        ec2("network-interface/*"),
+        ec2("launch-template/*"),
+        ec2("spot-instances-request/*"),
+    ]);
+    let instance_profiles = format!("arn:{p}:iam::{acct}:instance-profile/*");
+    let mut statements = vec![
+        statement(
+            "AllowScopedEC2InstanceAccessActions",
+            &["ec2:RunInstances", "ec2:CreateFleet"],
+            json!([
+                format!("arn:{p}:ec2:{r}::image/*"),
+                format!("arn:{p}:ec2:{r}::snapshot/*"),
+                ec2("security-group/*"),
+                ec2("subnet/*"),
+                ec2("capacity-reservation/*"),
+                ec2("placement-group/*"),
+            ]),
+            None,
+        ),
+        statement(
+            "AllowScopedEC2LaunchTemplateAccessActions",
+            &["ec2:RunInstances", "ec2:CreateFleet"],
+            json!(ec2("launch-template/*")),
+            Some(
+                json!({ "StringEquals": { &owned: "owned" }, "StringLike": { "aws:ResourceTag/karpenter.sh/nodepool": "*" } }),
+            ),
+        ),
+        statement(
+            "AllowScopedEC2InstanceActionsWithTags",
+            &[
+                "ec2:RunInstances",
+                "ec2:CreateFleet",
+                "ec2:CreateLaunchTemplate",
+            ],
+            tagged_resources.clone(),
+            Some(
+                json!({ "StringEquals": { &requested_owned: "owned" }, "StringLike": { "aws:RequestTag/karpenter.sh/nodepool": "*" } }),
+            ),
+        ),
+        statement(
+            "AllowScopedResourceCreationTagging",
+            &["ec2:CreateTags"],
+            tagged_resources,
+            Some(json!({
+                "StringEquals": { &requested_owned: "owned", "ec2:CreateAction": ["RunInstances", "CreateFleet", "CreateLaunchTemplate"] },
+                "StringLike": { "aws:RequestTag/karpenter.sh/nodepool": "*" }
+            })),
+        ),
+        statement(
+            "AllowScopedResourceTagging",
+            &["ec2:CreateTags"],
+            json!(ec2("instance/*")),
+            Some(json!({
+                "StringEquals": { &owned: "owned" },
+                "StringLike": { "aws:ResourceTag/karpenter.sh/nodepool": "*" },
+                "ForAllValues:StringEquals": { "aws:TagKeys": ["eks:eks-cluster-name", "karpenter.sh/nodeclaim", "Name"] }
+            })),
+        ),
+        statement(
+            "AllowScopedDeletion",
+            &["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"],
+            json!([ec2("instance/*"), ec2("launch-template/*")]),
+            Some(
+                json!({ "StringEquals": { &owned: "owned" }, "StringLike": { "aws:ResourceTag/karpenter.sh/nodepool": "*" } }),
+            ),
+        ),
+        // The seed's checklist: "the Karpenter controller lacks the iam:PassRole permission".
+        // Only the node role, only to EC2.
+        statement(
+            "AllowPassingInstanceRole",
+            &["iam:PassRole"],
+            json!(format!("arn:{p}:iam::{acct}:role/{}", aws.node_role)),
+            Some(
+                json!({ "StringEquals": { "iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"] } }),
+            ),
+        ),
+        statement(
+            "AllowScopedInstanceProfileCreationActions",
+            &["iam:CreateInstanceProfile"],
+            json!(instance_profiles),
+            Some(json!({
+                "StringEquals": { &requested_owned: "owned", "aws:RequestTag/topology.kubernetes.io/region": r },
+                "StringLike": { "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*" }
+            })),
+        ),
+        statement(
+            "AllowScopedInstanceProfileTagActions",
+            &["iam:TagInstanceProfile"],
+            json!(instance_profiles),
+            Some(json!({
+                "StringEquals": {
+                    &owned: "owned", "aws:ResourceTag/topology.kubernetes.io/region": r,
+                    &requested_owned: "owned", "aws:RequestTag/topology.kubernetes.io/region": r
+                },
+                "StringLike": { "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*", "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*" }
+            })),
+        ),
+        statement(
+            "AllowScopedInstanceProfileActions",
+            &[
+                "iam:AddRoleToInstanceProfile",
+                "iam:RemoveRoleFromInstanceProfile",
+                "iam:DeleteInstanceProfile",
+            ],
+            json!(instance_profiles),
+            Some(json!({
+                "StringEquals": { &owned: "owned", "aws:ResourceTag/topology.kubernetes.io/region": r },
+                "StringLike": { "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*" }
+            })),
+        ),
+        statement(
+            "AllowRegionalReadActions",
+            &[
+                "ec2:DescribeCapacityReservations",
+                "ec2:DescribeImages",
+                "ec2:DescribeInstances",
+                "ec2:DescribeInstanceStatus",
+                "ec2:DescribeInstanceTypeOfferings",
+                "ec2:DescribeInstanceTypes",
+                "ec2:DescribeLaunchTemplates",
+                "ec2:DescribePlacementGroups",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeSpotPriceHistory",
+                "ec2:DescribeSubnets",
+            ],
+            json!("*"),
+            Some(json!({ "StringEquals": { "aws:RequestedRegion": r } })),
+        ),
+        // AMI aliases and ssmRelease AMIs resolve through these public parameters.
+        statement(
+            "AllowSSMReadActions",
+            &["ssm:GetParameter"],
+            json!(format!("arn:{p}:ssm:{r}::parameter/aws/service/*")),
+            None,
+        ),
+        statement(
+            "AllowUnscopedInstanceProfileListAction",
+            &["iam:ListInstanceProfiles"],
+            json!("*"),
+            None,
+        ),
+        statement(
+            "AllowInstanceProfileReadActions",
+            &["iam:GetInstanceProfile"],
+            json!(instance_profiles),
+            None,
+        ),
+    ];
+    if !cluster.spec.karpenter.isolated_vpc {
+        statements.push(statement(
+            "AllowPricingReadActions",
+            &["pricing:GetProducts"],
+            json!("*"),
+            None,
+        ));
+    }
+    let queue = &cluster.spec.karpenter.interruption_queue;
+    if !queue.is_empty() {
+        statements.push(statement(
+            "AllowInterruptionQueueActions",
+            &["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
+            json!(format!("arn:{p}:sqs:{r}:{acct}:{queue}")),
+            None,
+        ));
+    }
+    json!({ "Version": "2012-10-17", "Statement": statements })
+}
+
+/// What the node may read at boot: exactly the join store, nothing else.
+fn join_store_policy(cluster: &ElasticCluster) -> Option<Value> {
+    let spec = &cluster.spec;
+    let aws = &spec.aws;
+    let store = names::join_store(spec, &cluster.metadata.name);
+    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let statement = match spec.join.mode {
+        JoinMode::Static => return None,
+        JoinMode::Ssm => statement(
+            "ReadJoinConfiguration",
+            &["ssm:GetParameter"],
+            json!(format!(
+                "arn:{p}:ssm:{r}:{acct}:parameter/{}",
+                store.trim_start_matches('/')
+            )),
+            None,
+        ),
+        // Secrets Manager appends six random characters to a secret's ARN.
+        JoinMode::SecretsManager => statement(
+            "ReadJoinConfiguration",
+            &["secretsmanager:GetSecretValue"],
+            json!(format!(
+                "arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"
+            )),
+            None,
+        ),
+    };
+    Some(json!({ "Version": "2012-10-17", "Statement": [statement] }))
+}
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let spec = &cluster.spec;
+    let aws = &spec.aws;
+    bundle.add_json("iam/controller-policy.json", &controller_policy(cluster))?;
+    bundle.add_json(
+        "iam/node-role-trust-policy.json",
+        &json!({
+            "Version": "2012-10-17",
+            "Statement": [{
+                "Effect": "Allow",
+                "Principal": { "Service": "ec2.amazonaws.com" },
+                "Action": "sts:AssumeRole"
+            }]
+        }),
+    )?;
+    let p = &aws.partition;
+    let mut inline = serde_json::Map::new();
+    if let Some(policy) = join_store_policy(cluster) {
+        inline.insert("ReadJoinConfiguration".into(), policy);
+    }
+    bundle.add_json(
+        "iam/node-role.json",
+        &json!({
+            "roleName": aws.node_role,
+            "instanceProfileName": aws.node_instance_profile,
+            "trustPolicy": "node-role-trust-policy.json",
+            // No EKS worker or VPC CNI policies: this is not EKS and the CNI is Kubespray's.
+            "managedPolicyArns": [
+                format!("arn:{p}:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly"),
+                format!("arn:{p}:iam::aws:policy/AmazonSSMManagedInstanceCore"),
+            ],
+            "inlinePolicies": inline,
+        }),
+    )?;
+    let controller_identity = match spec.karpenter.credentials.source {
+        CredentialSource::InstanceProfile => {
+            "attach controller-policy.json to the infra workers' instance profile role"
+        }
+        CredentialSource::StaticSecret => {
+            "attach controller-policy.json to the IAM user whose keys are in the credentials Secret"
+        }
+    };
+    let tag_target = |d: &kk_spec::Discovery, what: &str| match &d.discovery_tag {
+        Some(tag) => {
+            json!({ "tag": { "key": tag.key, "value": tag.value }, "apply": format!("tag the {what} Karpenter may use in {}", aws.vpc_id) })
+        }
+        None => json!({ "ids": d.ids, "apply": "selected by ID: no tag needed" }),
+    };
+    bundle.add_json(
+        "iam/discovery.json",
+        &json!({
+            "controllerPolicy": controller_identity,
+            "subnets": tag_target(&aws.subnets, "private subnets"),
+            "securityGroups": tag_target(&aws.security_groups, "node security group"),
+            "controlPlaneSecurityGroup": {
+                "id": aws.control_plane_security_group_id,
+                "apply": format!("allow TCP {} from the node security group", spec.api_server.port),
+            },
+        }),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `karpenter/values.yaml`: Helm values for Karpenter against a non-EKS control plane.
+
+use kk_spec::{CredentialSource, ElasticCluster};
+use serde_json::{Value, json};
+
+use crate::ca::ClusterCa;
+use crate::names::INFRA_ROLE_LABEL;
+use crate::{Bundle, RenderError};
+
+pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
+    let spec = &cluster.spec;
+    let k = &spec.karpenter;
+    let mut env = vec![json!({ "name": "AWS_REGION", "value": spec.aws.region })];
+    if k.credentials.source == CredentialSource::StaticSecret {
+        // Only when the infra workers cannot carry an instance profile: the keys stay in
+        // a Secret the operator creates; they never appear in rendered files.
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            env.push(json!({
+                "name": key,
+                "valueFrom": { "secretKeyRef": { "name": k.credentials.secret_name, "key": key } }
+            }));
+        }
+    }
+    json!({
+        "settings": {
+            "clusterName": cluster.metadata.name,
+            // Must be set off EKS, or Karpenter calls eks:DescribeCluster and exits.
+            "clusterEndpoint": format!("https://{}:{}", spec.api_server.dns_name, spec.api_server.port),
+            "clusterCABundle": ca.bundle_base64,
+            "eksControlPlane": false,
+            "isolatedVPC": k.isolated_vpc,
+            "interruptionQueue": k.interruption_queue,
+        },
+        "controller": { "env": env },
+        // Karpenter must never run on nodes it manages: pin it to Kubean's infra workers.
+        "nodeSelector": { INFRA_ROLE_LABEL: "" },
+        "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{
+                        "matchExpressions": [{ "key": "karpenter.sh/nodepool", "operator": "DoesNotExist" }]
+                    }]
+                }
+            }
+        },
+    })
+}
+
+pub fn render(
+    cluster: &ElasticCluster,
+    ca: &ClusterCa,
+    bundle: &mut Bundle,
+) -> Result<(), RenderError> {
+    bundle.add_yaml("karpenter/values.yaml", &[values(cluster, ca)])
+}

@@ -1,0 +1,191 @@
+//! `kubean/`: the Kubespray inventory and variables as Kubean ConfigMaps, the Cluster and
+//! the ClusterOperation that builds the control plane, etcd and infra workers.
+
+use kk_model::kubean as model;
+use kk_spec::{ElasticCluster, NodeRole};
+use serde_json::{Map, Value, json};
+
+use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::pools::to_value;
+use crate::{Bundle, RenderError};
+
+fn yaml_text(value: &Value) -> Result<String, RenderError> {
+    serde_saphyr::to_string(value).map_err(|e| RenderError::Serialize {
+        path: "kubean".into(),
+        message: e.to_string(),
+    })
+}
+
+/// The Kubespray inventory (`hosts.yml`).
+pub fn hosts_yml(cluster: &ElasticCluster) -> Value {
+    let k = &cluster.spec.kubean;
+    let mut hosts = Map::new();
+    let mut groups: [(&str, Map<String, Value>); 3] = [
+        ("kube_control_plane", Map::new()),
+        ("etcd", Map::new()),
+        ("kube_node", Map::new()),
+    ];
+    for node in &k.nodes {
+        let mut vars = Map::new();
+        vars.insert("ip".into(), json!(node.ip));
+        vars.insert("access_ip".into(), json!(node.ip));
+        vars.insert("ansible_host".into(), json!(node.ip));
+        if let Some(dns) = &node.private_dns_name {
+            // Kubespray never sets --provider-id; the AWS CCM finds an instance by its
+            // private DNS name, so the node must register under that name.
+            vars.insert("kube_override_hostname".into(), json!(dns));
+        }
+        if node.roles.contains(&NodeRole::Infra) {
+            vars.insert("node_labels".into(), json!({ INFRA_ROLE_LABEL: "" }));
+            if !k.infra_taints.is_empty() {
+                vars.insert("node_taints".into(), json!(k.infra_taints));
+            }
+        }
+        hosts.insert(node.name.clone(), Value::Object(vars));
+        for role in &node.roles {
+            let group = match role {
+                NodeRole::ControlPlane => 0,
+                NodeRole::Etcd => 1,
+                NodeRole::Infra => 2,
+            };
+            groups[group].1.insert(node.name.clone(), Value::Null);
+        }
+    }
+    let mut children = Map::new();
+    for (name, members) in groups {
+        children.insert(name.into(), json!({ "hosts": members }));
+    }
+    children.insert(
+        "k8s_cluster".into(),
+        json!({ "children": { "kube_control_plane": null, "kube_node": null } }),
+    );
+    children.insert("calico_rr".into(), json!({ "hosts": {} }));
+    json!({
+        "all": {
+            "vars": {
+                "ansible_user": k.ssh.user,
+                "ansible_port": k.ssh.port,
+                "ansible_connection": "ssh",
+            },
+            "hosts": hosts,
+            "children": children,
+        }
+    })
+}
+
+/// Kubespray variables (`group_vars.yml`).
+pub fn group_vars(cluster: &ElasticCluster) -> Value {
+    let spec = &cluster.spec;
+    let version = spec.kubernetes_version.trim_start_matches('v');
+    let mut lb = Map::new();
+    if let Some(address) = &spec.api_server.load_balancer_address {
+        lb.insert("address".into(), json!(address));
+    }
+    lb.insert("port".into(), json!(spec.api_server.port));
+    json!({
+        "kube_version": version,
+        "container_manager": "containerd",
+        "kube_network_plugin": spec.kubean.network_plugin,
+        // No AWS value exists for external_cloud_provider: the kubelet runs with
+        // --cloud-provider=external and cloud/ installs the AWS cloud controller manager.
+        "cloud_provider": "external",
+        "external_cloud_provider": "manual",
+        "apiserver_loadbalancer_domain_name": spec.api_server.dns_name,
+        "loadbalancer_apiserver": lb,
+        "loadbalancer_apiserver_localhost": false,
+        "supplementary_addresses_in_ssl_keys": [spec.api_server.dns_name],
+        // true deletes the cluster-info ConfigMap: token + CA-hash discovery, which every
+        // Karpenter node uses to join, would break.
+        "remove_anonymous_access": false,
+    })
+}
+
+fn config_map(cluster: &ElasticCluster, name: &str, key: &str, text: String) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": cluster.spec.kubean.namespace,
+            "labels": { MANAGED_BY.0: MANAGED_BY.1 },
+        },
+        "data": { key: text },
+    })
+}
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let name = &cluster.metadata.name;
+    let namespace = &cluster.spec.kubean.namespace;
+    let hosts = config_map(
+        cluster,
+        &names::hosts_configmap(cluster),
+        "hosts.yml",
+        yaml_text(&hosts_yml(cluster))?,
+    );
+    let vars = config_map(
+        cluster,
+        &names::vars_configmap(cluster),
+        "group_vars.yml",
+        yaml_text(&group_vars(cluster))?,
+    );
+    let reference = |name: String| model::ObjectRef {
+        namespace: namespace.clone(),
+        name,
+        extra: Default::default(),
+    };
+    let kubean_cluster = model::Cluster {
+        api_version: model::API_VERSION.into(),
+        kind: "Cluster".into(),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(
+                [
+                    ("clusterName".to_owned(), name.clone()),
+                    (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        spec: model::ClusterSpec {
+            hosts_conf_ref: reference(names::hosts_configmap(cluster)),
+            vars_conf_ref: reference(names::vars_configmap(cluster)),
+            ssh_auth_ref: Some(reference(
+                cluster.spec.kubean.ssh.private_key_secret.clone(),
+            )),
+            ..Default::default()
+        },
+        status: None,
+        extra: Default::default(),
+    };
+    let hook = |action: &str| model::HookAction {
+        action_type: "playbook".into(),
+        action: action.into(),
+        ..Default::default()
+    };
+    let operation = model::ClusterOperation {
+        api_version: model::API_VERSION.into(),
+        kind: "ClusterOperation".into(),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(format!("{name}-install")),
+            labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+            ..Default::default()
+        },
+        spec: model::ClusterOperationSpec {
+            cluster: name.clone(),
+            image: cluster.spec.kubean.spray_job_image.clone(),
+            action_type: "playbook".into(),
+            action: "cluster.yml".into(),
+            pre_hook: vec![hook("ping.yml"), hook("disable-firewalld.yml")],
+            post_hook: vec![hook("kubeconfig.yml"), hook("cluster-info.yml")],
+            ..Default::default()
+        },
+        status: None,
+        extra: Default::default(),
+    };
+    bundle.add_yaml("kubean/hosts-conf.yaml", &[hosts])?;
+    bundle.add_yaml("kubean/vars-conf.yaml", &[vars])?;
+    bundle.add_yaml("kubean/cluster.yaml", &[to_value(&kubean_cluster)?])?;
+    bundle.add_yaml("kubean/cluster-operation.yaml", &[to_value(&operation)?])?;
+    Ok(())
+}

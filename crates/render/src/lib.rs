@@ -1,0 +1,120 @@
+//! `ElasticCluster` → the bundle that replaces the runbook, one file per artifact.
+//!
+//! Pure and deterministic: the same spec and CA give the same bytes. Each module renders
+//! one family of artifacts from the spec; `render` puts them in a `Bundle` keyed by path.
+
+mod ca;
+mod cloud;
+mod gpu;
+mod iam;
+mod karpenter;
+mod kubean;
+pub mod names;
+mod order;
+mod pools;
+pub mod userdata;
+mod verify;
+
+use std::collections::BTreeMap;
+
+use kk_spec::ElasticCluster;
+use serde_json::Value;
+
+pub use ca::ClusterCa;
+
+/// Why a spec that passed validation still cannot be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// The CA bundle is missing or not a certificate.
+    #[error("CA bundle: {0}")]
+    Ca(String),
+    /// Serialising an artifact failed (a bug: every value we build is serialisable).
+    #[error("cannot serialise {path}: {message}")]
+    Serialize { path: String, message: String },
+}
+
+/// The rendered files, keyed by relative path (sorted, so output order is stable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Bundle {
+    pub files: BTreeMap<String, String>,
+}
+
+impl Bundle {
+    fn add_yaml(&mut self, path: &str, docs: &[Value]) -> Result<(), RenderError> {
+        let mut text = String::new();
+        for (i, doc) in docs.iter().enumerate() {
+            if i > 0 {
+                text.push_str("---\n");
+            }
+            let yaml = serde_saphyr::to_string(doc).map_err(|e| RenderError::Serialize {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+            text.push_str(&yaml);
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        self.files.insert(path.to_owned(), text);
+        Ok(())
+    }
+
+    fn add_json(&mut self, path: &str, value: &Value) -> Result<(), RenderError> {
+        let mut text = serde_json::to_string_pretty(value).map_err(|e| RenderError::Serialize {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        text.push('\n');
+        self.files.insert(path.to_owned(), text);
+        Ok(())
+    }
+
+    fn add_text(&mut self, path: &str, text: String) {
+        self.files.insert(path.to_owned(), text);
+    }
+
+    /// Every Kubernetes object in the bundle's manifest files, in apply order
+    /// (files sorted by path within the order `order::APPLY_ORDER` gives).
+    pub fn manifests(&self) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for path in order::manifest_paths(self) {
+            let Some(text) = self.files.get(&path) else {
+                continue;
+            };
+            let Ok(docs) = kk_model::yaml::load_documents(text, Default::default()) else {
+                continue;
+            };
+            for doc in docs {
+                out.push((path.clone(), doc.value));
+            }
+        }
+        out
+    }
+}
+
+/// Renders the whole bundle. `ca_pem` is the cluster CA (the CLI resolves
+/// `spec.caBundle` from a file, base64 or kubeconfig).
+pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderError> {
+    let ca = ClusterCa::from_pem(ca_pem)?;
+    let mut bundle = Bundle::default();
+    kubean::render(cluster, &mut bundle)?;
+    cloud::render(cluster, &mut bundle)?;
+    karpenter::render(cluster, &ca, &mut bundle)?;
+    let rendered_pools = pools::render(cluster, &ca, &mut bundle)?;
+    gpu::render(cluster, &mut bundle)?;
+    iam::render(cluster, &mut bundle)?;
+    verify::render(cluster, &rendered_pools, &mut bundle)?;
+    order::render(cluster, &ca, &mut bundle);
+    Ok(bundle)
+}
+
+/// The CA PEM when the spec carries it inline (`caBundle.base64`); `None` when it
+/// must be read from a file or kubeconfig.
+pub fn inline_ca_pem(cluster: &ElasticCluster) -> Option<Result<Vec<u8>, RenderError>> {
+    use base64::Engine;
+    cluster.spec.ca_bundle.base64.as_ref().map(|b64| {
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| RenderError::Ca(format!("caBundle.base64 is not base64: {e}")))
+    })
+}

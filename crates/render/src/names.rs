@@ -1,0 +1,68 @@
+//! Names and labels shared by several artifacts, defined once.
+
+use std::collections::BTreeMap;
+
+use kk_spec::{ClusterSpec, ElasticCluster, JoinMode, Pool, PoolType};
+
+/// Label on every Karpenter-launched node (seed 000): `kubectl get nodes -l node.lifecycle=karpenter`.
+pub const LIFECYCLE_LABEL: (&str, &str) = ("node.lifecycle", "karpenter");
+/// Label on GPU nodes; the device plugin selects it.
+pub const ACCELERATOR_LABEL: (&str, &str) = ("node.accelerator", "nvidia-gpu");
+/// The infra role label Kubespray puts on infra nodes; Karpenter's controller selects it.
+pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
+/// Every object we create carries this label, so apply and prune can find our own.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
+
+/// The join configuration's store name, defaulted per mode.
+pub fn join_store(spec: &ClusterSpec, cluster: &str) -> String {
+    match (&spec.join.store_name, spec.join.mode) {
+        (Some(name), _) => name.clone(),
+        (None, JoinMode::SecretsManager) => format!("kubean-karpenter/{cluster}/join"),
+        (None, _) => format!("/kubean-karpenter/{cluster}/join"),
+    }
+}
+
+/// NodePool template labels (and so the kubelet's `--node-labels`).
+pub fn pool_labels(pool: &Pool) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(LIFECYCLE_LABEL.0.to_owned(), LIFECYCLE_LABEL.1.to_owned());
+    if pool.pool_type == PoolType::Gpu {
+        labels.insert(
+            ACCELERATOR_LABEL.0.to_owned(),
+            ACCELERATOR_LABEL.1.to_owned(),
+        );
+    }
+    for (k, v) in &pool.labels {
+        labels.insert(k.clone(), v.clone());
+    }
+    labels
+}
+
+pub fn hosts_configmap(cluster: &ElasticCluster) -> String {
+    format!("{}-hosts-conf", cluster.metadata.name)
+}
+
+pub fn vars_configmap(cluster: &ElasticCluster) -> String {
+    format!("{}-vars-conf", cluster.metadata.name)
+}
+
+/// The kubelet flags equal to a pool's `spec.kubelet`, so what Karpenter assumes
+/// about pod density and reserved resources is what the kubelet really does.
+pub fn kubelet_flags(pool: &Pool) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(k) = &pool.kubelet {
+        if let Some(max) = k.max_pods {
+            flags.push(format!("--max-pods={max}"));
+        }
+        for (flag, map) in [
+            ("--kube-reserved", &k.kube_reserved),
+            ("--system-reserved", &k.system_reserved),
+        ] {
+            if !map.is_empty() {
+                let pairs: Vec<String> = map.iter().map(|(r, q)| format!("{r}={q}")).collect();
+                flags.push(format!("{flag}={}", pairs.join(",")));
+            }
+        }
+    }
+    flags
+}

@@ -1,0 +1,101 @@
+//! `ORDER.md`: the seed's eight workflow steps, each mapped to the files that carry it out,
+//! and the apply order `Bundle::manifests` follows.
+
+use std::fmt::Write as _;
+
+use kk_spec::{ElasticCluster, JoinMode};
+
+use crate::ca::ClusterCa;
+use crate::{Bundle, names};
+
+/// Directories of Kubernetes manifests, in the order they must be applied.
+const APPLY_ORDER: [&str; 6] = [
+    "kubean/",
+    "cloud/",
+    "gpu/",
+    "nodeclasses/",
+    "nodepools/",
+    "verify/",
+];
+
+/// Files that are Helm values, not manifests.
+fn is_values_file(path: &str) -> bool {
+    path.ends_with("values.yaml")
+}
+
+pub fn manifest_paths(bundle: &Bundle) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in APPLY_ORDER {
+        for path in bundle.files.keys() {
+            if path.starts_with(dir) && path.ends_with(".yaml") && !is_values_file(path) {
+                out.push(path.clone());
+            }
+        }
+    }
+    out
+}
+
+pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
+    let spec = &cluster.spec;
+    let name = &cluster.metadata.name;
+    let files = |dir: &str| -> String {
+        bundle
+            .files
+            .keys()
+            .filter(|p| p.starts_with(dir))
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(
+        w,
+        "# {name}: Kubean cluster with Karpenter elastic workers\n"
+    );
+    let _ = writeln!(
+        w,
+        "Rendered by kubean-karpenter from the ElasticCluster spec. Apply in this order.\n"
+    );
+    let _ = writeln!(
+        w,
+        "1. **Kubean builds the control plane, etcd and infra workers.** Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}.",
+        spec.kubean.ssh.private_key_secret,
+        spec.kubean.namespace,
+        files("kubean/")
+    );
+    let _ = writeln!(
+        w,
+        "2. **CNI, AWS cloud controller manager, EBS CSI driver.** The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        spec.kubean.network_plugin
+    );
+    let _ = writeln!(
+        w,
+        "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`.",
+        spec.aws.node_instance_profile
+    );
+    let step4 = match spec.join.mode {
+        JoinMode::Static => "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create it before it is needed: `kubeadm token create` with a TTL that outlives the pool.".to_owned(),
+        JoinMode::Ssm => format!("Publish the join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) to the SSM SecureString `{}`; the CA hash is `{}`.", names::join_store(spec, name), ca.cert_hash),
+        JoinMode::SecretsManager => format!("Publish the join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) to the Secrets Manager secret `{}`; the CA hash is `{}`.", names::join_store(spec, name), ca.cert_hash),
+    };
+    let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
+    let _ = writeln!(
+        w,
+        "5. **Karpenter** {}: `helm upgrade --install karpenter oci://public.ecr.aws/karpenter/karpenter --version {} --namespace {} --create-namespace -f karpenter/values.yaml`.",
+        spec.karpenter.version, spec.karpenter.version, spec.karpenter.namespace
+    );
+    let _ = writeln!(
+        w,
+        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: apply {} first (a GPU node without the plugin never initializes), then {}, then {}.",
+        files("gpu/"),
+        files("nodeclasses/"),
+        files("nodepools/")
+    );
+    let _ = writeln!(
+        w,
+        "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment, watch `kubectl get nodeclaims`, read `kubectl logs cuda-vectoradd-<pool>`.",
+        files("verify/")
+    );
+    bundle.add_text("ORDER.md", s);
+}

@@ -1,0 +1,329 @@
+//! `nodeclasses/` and `nodepools/`: one EC2NodeClass per distinct node class, one NodePool per pool.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kk_model::karpenter::*;
+use kk_spec::{Discovery, ElasticCluster, Pool, PoolType, node_class_name};
+use serde_json::Value;
+
+use crate::ca::ClusterCa;
+use crate::names::{self, MANAGED_BY};
+use crate::userdata::{self, NodeBoot};
+use crate::{Bundle, RenderError};
+
+/// What later stages (verification workloads) need to know about a rendered pool.
+pub struct RenderedPool {
+    pub name: String,
+    pub gpu: bool,
+    pub taints: Vec<Taint>,
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+        ..Default::default()
+    }
+}
+
+fn selector_terms(d: &Discovery) -> Vec<SelectorTerm> {
+    match &d.discovery_tag {
+        Some(tag) => vec![SelectorTerm {
+            tags: [(tag.key.clone(), tag.value.clone())].into(),
+            ..Default::default()
+        }],
+        None => d
+            .ids
+            .iter()
+            .map(|id| SelectorTerm {
+                id: Some(id.clone()),
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+/// The AMI selector: an ID, a pinned alias, or the SSM parameter of one EKS AMI release.
+fn ami_term(pool: &Pool) -> AmiSelectorTerm {
+    let ami = &pool.ami;
+    if let Some(release) = &ami.ssm_release {
+        // 1.36.3-20260827 → /aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/nvidia/
+        //   amazon-eks-node-al2023-x86_64-nvidia-1.36-v20260827/image_id (immutable: no drift).
+        let (version, date) = release.split_once('-').unwrap_or((release, ""));
+        let minor = version.rsplit_once('.').map_or(version, |(m, _)| m);
+        let arch = match pool.instances.arch.first().map(String::as_str) {
+            Some("arm64") => "arm64",
+            _ => "x86_64",
+        };
+        let variant = if pool.pool_type == PoolType::Gpu {
+            "nvidia"
+        } else {
+            "standard"
+        };
+        return AmiSelectorTerm {
+            ssm_parameter: Some(format!(
+                "/aws/service/eks/optimized-ami/{minor}/amazon-linux-2023/{arch}/{variant}/amazon-eks-node-al2023-{arch}-{variant}-{minor}-v{date}/image_id"
+            )),
+            ..Default::default()
+        };
+    }
+    AmiSelectorTerm {
+        id: ami.id.clone(),
+        alias: ami.alias.clone(),
+        ..Default::default()
+    }
+}
+
+fn kubelet(pool: &Pool) -> Option<KubeletConfiguration> {
+    pool.kubelet.as_ref().map(|k| KubeletConfiguration {
+        max_pods: k.max_pods,
+        kube_reserved: k.kube_reserved.clone(),
+        system_reserved: k.system_reserved.clone(),
+        ..Default::default()
+    })
+}
+
+fn node_class(
+    cluster: &ElasticCluster,
+    ca: &ClusterCa,
+    name: &str,
+    pools: &[&Pool],
+) -> EC2NodeClass {
+    let spec = &cluster.spec;
+    let first = pools[0];
+    let labels = names::pool_labels(first);
+    let boot = NodeBoot {
+        node_class: name,
+        pools: pools.iter().map(|p| p.name.as_str()).collect(),
+        spec,
+        cluster_name: &cluster.metadata.name,
+        ca,
+        pool: first,
+        labels: &labels,
+        kubelet_flags: names::kubelet_flags(first),
+    };
+    let block_device_mappings = first
+        .root_volume
+        .as_ref()
+        .map(|v| {
+            vec![BlockDeviceMapping {
+                device_name: Some(v.device_name.clone()),
+                root_volume: Some(true),
+                ebs: Some(BlockDevice {
+                    volume_size: Some(v.size.clone()),
+                    volume_type: Some(v.volume_type.clone()),
+                    iops: v.iops,
+                    throughput: v.throughput,
+                    encrypted: Some(v.encrypted),
+                    kms_key_id: v.kms_key_id.clone(),
+                    delete_on_termination: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]
+        })
+        .unwrap_or_default();
+    EC2NodeClass {
+        api_version: EC2_NODE_CLASS_API_VERSION.into(),
+        kind: "EC2NodeClass".into(),
+        metadata: meta(name),
+        spec: EC2NodeClassSpec {
+            // Custom: Karpenter passes our userData through untouched (no EKS nodeadm merge).
+            ami_family: Some("Custom".into()),
+            ami_selector_terms: vec![ami_term(first)],
+            subnet_selector_terms: selector_terms(&spec.aws.subnets),
+            security_group_selector_terms: selector_terms(&spec.aws.security_groups),
+            role: Some(spec.aws.node_role.clone()),
+            kubelet: kubelet(first),
+            block_device_mappings,
+            // Explicit, though it is the default: the userData relies on IMDSv2 and a
+            // hop limit of 1 keeps pods from reaching the node's credentials.
+            metadata_options: Some(MetadataOptions {
+                http_endpoint: Some("enabled".into()),
+                http_protocol_ipv6: Some("disabled".into()),
+                http_put_response_hop_limit: Some(1),
+                http_tokens: Some("required".into()),
+                ..Default::default()
+            }),
+            tags: [
+                (
+                    "kubean-karpenter.io/cluster".to_owned(),
+                    cluster.metadata.name.clone(),
+                ),
+                ("kubean-karpenter.io/node-class".to_owned(), name.to_owned()),
+            ]
+            .into(),
+            user_data: Some(userdata::render(&boot)),
+            ..Default::default()
+        },
+        status: None,
+        extra: Default::default(),
+    }
+}
+
+fn requirement(key: &str, values: &[String]) -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: key.into(),
+        operator: "In".into(),
+        values: values.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn node_pool(pool: &Pool) -> NodePool {
+    let inst = &pool.instances;
+    let mut requirements = vec![
+        requirement("kubernetes.io/arch", &inst.arch),
+        requirement("kubernetes.io/os", &["linux".to_owned()]),
+        requirement("karpenter.sh/capacity-type", &inst.capacity_types),
+    ];
+    if !inst.families.is_empty() {
+        requirements.push(requirement(
+            "karpenter.k8s.aws/instance-family",
+            &inst.families,
+        ));
+    }
+    if !inst.sizes.is_empty() {
+        requirements.push(requirement("karpenter.k8s.aws/instance-size", &inst.sizes));
+    }
+    if !inst.types.is_empty() {
+        requirements.push(requirement("node.kubernetes.io/instance-type", &inst.types));
+    }
+    if let Some(min) = inst.min_values {
+        // Flexibility goes on the widest instance requirement present.
+        if let Some(req) = requirements.iter_mut().rev().find(|r| {
+            r.key != "kubernetes.io/arch"
+                && r.key != "kubernetes.io/os"
+                && r.key != "karpenter.sh/capacity-type"
+        }) {
+            req.min_values = Some(min);
+        }
+    }
+    match &pool.gpu {
+        Some(gpu) if pool.pool_type == PoolType::Gpu => {
+            requirements.push(requirement(
+                "karpenter.k8s.aws/instance-gpu-manufacturer",
+                std::slice::from_ref(&gpu.manufacturer),
+            ));
+            if !gpu.names.is_empty() {
+                requirements.push(requirement(
+                    "karpenter.k8s.aws/instance-gpu-name",
+                    &gpu.names,
+                ));
+            }
+            if let Some(count) = gpu.count {
+                requirements.push(requirement(
+                    "karpenter.k8s.aws/instance-gpu-count",
+                    &[count.to_string()],
+                ));
+            }
+        }
+        _ => {
+            // CPU pools never take GPU instances, whatever the families say.
+            requirements.push(NodeSelectorRequirement {
+                key: "karpenter.k8s.aws/instance-gpu-count".into(),
+                operator: "DoesNotExist".into(),
+                ..Default::default()
+            });
+        }
+    }
+    let limits: BTreeMap<String, Value> = pool
+        .limits
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.as_text())))
+        .collect();
+    let disruption = pool.disruption.as_ref().map(|d| Disruption {
+        consolidation_policy: d.consolidation_policy.clone(),
+        consolidate_after: Some(d.consolidate_after.clone().unwrap_or_else(|| "0s".into())),
+        budgets: d
+            .budgets
+            .iter()
+            .map(|b| Budget {
+                nodes: b.nodes.clone(),
+                reasons: b.reasons.clone(),
+                schedule: b.schedule.clone(),
+                duration: b.duration.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    NodePool {
+        api_version: NODE_POOL_API_VERSION.into(),
+        kind: "NodePool".into(),
+        metadata: meta(&pool.name),
+        spec: NodePoolSpec {
+            template: NodeClaimTemplate {
+                metadata: Some(TemplateMetadata {
+                    labels: names::pool_labels(pool),
+                    ..Default::default()
+                }),
+                spec: NodeClaimSpec {
+                    node_class_ref: NodeClassReference {
+                        group: "karpenter.k8s.aws".into(),
+                        kind: "EC2NodeClass".into(),
+                        name: node_class_name(pool).to_owned(),
+                        ..Default::default()
+                    },
+                    requirements,
+                    taints: pool.taints.iter().map(core_taint).collect(),
+                    expire_after: pool.expire_after.clone(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            disruption,
+            limits,
+            weight: pool.weight,
+            ..Default::default()
+        },
+        status: None,
+        extra: Default::default(),
+    }
+}
+
+pub fn core_taint(t: &kk_spec::Taint) -> Taint {
+    Taint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: t.effect.clone(),
+        time_added: None,
+    }
+}
+
+pub fn render(
+    cluster: &ElasticCluster,
+    ca: &ClusterCa,
+    bundle: &mut Bundle,
+) -> Result<Vec<RenderedPool>, RenderError> {
+    let mut classes: BTreeMap<&str, Vec<&Pool>> = BTreeMap::new();
+    for pool in &cluster.spec.pools {
+        classes.entry(node_class_name(pool)).or_default().push(pool);
+    }
+    for (name, pools) in &classes {
+        let class = node_class(cluster, ca, name, pools);
+        bundle.add_yaml(&format!("nodeclasses/{name}.yaml"), &[to_value(&class)?])?;
+    }
+    let mut rendered = Vec::new();
+    for pool in &cluster.spec.pools {
+        bundle.add_yaml(
+            &format!("nodepools/{}.yaml", pool.name),
+            &[to_value(&node_pool(pool))?],
+        )?;
+        rendered.push(RenderedPool {
+            name: pool.name.clone(),
+            gpu: pool.pool_type == PoolType::Gpu,
+            taints: pool.taints.iter().map(core_taint).collect(),
+        });
+    }
+    Ok(rendered)
+}
+
+pub fn to_value<T: serde::Serialize>(object: &T) -> Result<Value, RenderError> {
+    serde_json::to_value(object).map_err(|e| RenderError::Serialize {
+        path: "object".into(),
+        message: e.to_string(),
+    })
+}

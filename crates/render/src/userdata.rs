@@ -1,0 +1,241 @@
+//! The bash userData that makes a Karpenter-launched instance join with `kubeadm join`.
+//!
+//! With `amiFamily: Custom` Karpenter passes userData through untouched, so everything
+//! the EKS bootstrap would do is ours: IMDSv2 (Karpenter's default `httpTokens:
+//! required` makes tokenless IMDS calls fail), the exact provider ID Karpenter matches
+//! NodeClaims by, the unregistered taint, kubelet flags that equal `spec.kubelet`, and
+//! the join itself. The script never runs `set -x`: it handles a bootstrap token.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use kk_spec::{ClusterSpec, JoinMode, Pool, PoolType};
+
+use crate::ca::ClusterCa;
+use crate::names;
+
+/// Everything the script needs, computed from the spec and shared with the EC2NodeClass.
+pub struct NodeBoot<'a> {
+    pub node_class: &'a str,
+    pub pools: Vec<&'a str>,
+    pub spec: &'a ClusterSpec,
+    pub cluster_name: &'a str,
+    pub ca: &'a ClusterCa,
+    pub pool: &'a Pool,
+    /// Node labels (`--node-labels`), the NodePool template labels.
+    pub labels: &'a BTreeMap<String, String>,
+    /// The kubelet flags that mirror `spec.kubelet` of the EC2NodeClass.
+    pub kubelet_flags: Vec<String>,
+}
+
+/// Taints as kubelet's `--register-with-taints` spells them.
+pub fn taint_flag(pool: &Pool) -> String {
+    let mut taints = vec!["karpenter.sh/unregistered:NoExecute".to_owned()];
+    for t in &pool.taints {
+        match &t.value {
+            Some(v) => taints.push(format!("{}={}:{}", t.key, v, t.effect)),
+            None => taints.push(format!("{}:{}", t.key, t.effect)),
+        }
+    }
+    taints.join(",")
+}
+
+/// Single-quotes a value for bash (values are validated, this is belt and braces).
+fn sq(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+pub fn render(boot: &NodeBoot<'_>) -> String {
+    let spec = boot.spec;
+    let endpoint = format!("{}:{}", spec.api_server.dns_name, spec.api_server.port);
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "#!/bin/bash");
+    let _ = writeln!(
+        w,
+        "# kubean-karpenter userData for EC2NodeClass {} (NodePools: {}), cluster {}.",
+        boot.node_class,
+        boot.pools.join(", "),
+        boot.cluster_name
+    );
+    let _ = writeln!(
+        w,
+        "# Joins the Kubean-built control plane with kubeadm. Rendered: edit the ElasticCluster spec, not this."
+    );
+    let _ = writeln!(
+        w,
+        "# No 'set -x': this script handles a bootstrap token and must not echo it to the console log."
+    );
+    w.push_str("set -euo pipefail\n\n");
+    let _ = writeln!(w, "API_SERVER_ENDPOINT={}", sq(&endpoint));
+    match spec.join.mode {
+        JoinMode::Static => {}
+        JoinMode::Ssm | JoinMode::SecretsManager => {
+            let _ = writeln!(w, "AWS_REGION={}", sq(&spec.aws.region));
+            let _ = writeln!(
+                w,
+                "JOIN_STORE={}",
+                sq(&names::join_store(spec, boot.cluster_name))
+            );
+        }
+    }
+    w.push_str(COMMON_FUNCTIONS);
+    w.push_str(IMDS_BLOCK);
+    if boot.pool.pool_type == PoolType::Gpu
+        && let Some(gpu) = &spec.gpu
+    {
+        let _ = writeln!(
+            w,
+            "\n# GPU image checks: a node without a working driver and container runtime would"
+        );
+        let _ = writeln!(
+            w,
+            "# never advertise nvidia.com/gpu and stay uninitialized (and billed) forever."
+        );
+        let _ = writeln!(w, "EXPECTED_DRIVER={}", sq(&gpu.driver_version));
+        w.push_str(GPU_CHECKS);
+    }
+    w.push('\n');
+    match spec.join.mode {
+        JoinMode::Static => {
+            let token = spec.join.token.as_deref().unwrap_or_default();
+            let hash = spec
+                .join
+                .ca_cert_hash
+                .as_deref()
+                .unwrap_or(&boot.ca.cert_hash);
+            let _ = writeln!(
+                w,
+                "# Static join mode: the token is part of this userData, so rotating it drifts every node."
+            );
+            let _ = writeln!(w, "TOKEN={}", sq(token));
+            let _ = writeln!(w, "CA_CERT_HASH={}", sq(hash));
+        }
+        JoinMode::Ssm => {
+            w.push_str("# The join configuration lives in SSM, so token rotation never changes this userData.\n");
+            w.push_str("fetch_join_config() {\n  aws ssm get-parameter --region \"$AWS_REGION\" --name \"$JOIN_STORE\" --with-decryption \\\n    --query Parameter.Value --output text\n}\n");
+            w.push_str(&store_block("SSM parameter", "ssm:GetParameter"));
+        }
+        JoinMode::SecretsManager => {
+            w.push_str("# The join configuration lives in Secrets Manager, so token rotation never changes this userData.\n");
+            w.push_str("fetch_join_config() {\n  aws secretsmanager get-secret-value --region \"$AWS_REGION\" --secret-id \"$JOIN_STORE\" \\\n    --query SecretString --output text\n}\n");
+            w.push_str(&store_block(
+                "Secrets Manager secret",
+                "secretsmanager:GetSecretValue",
+            ));
+        }
+    }
+    let labels = boot
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut flags = vec![
+        "--cloud-provider=external".to_owned(),
+        "--provider-id=${PROVIDER_ID}".to_owned(),
+        format!("--register-with-taints={}", taint_flag(boot.pool)),
+    ];
+    if !labels.is_empty() {
+        flags.push(format!("--node-labels={labels}"));
+    }
+    flags.extend(boot.kubelet_flags.iter().cloned());
+    w.push_str("\n# Kubelet flags. kubeadm's drop-in reads /etc/sysconfig/kubelet (or /etc/default/kubelet) with\n");
+    w.push_str("# EnvironmentFile=, which beats Environment=; a later EnvironmentFile= beats both, so ours wins.\n");
+    w.push_str("mkdir -p /etc/kubean-karpenter /etc/systemd/system/kubelet.service.d\n");
+    w.push_str("cat >/etc/kubean-karpenter/kubelet-flags.env <<EOF\n");
+    let _ = writeln!(w, "KUBELET_EXTRA_ARGS={}", flags.join(" "));
+    w.push_str("EOF\n");
+    w.push_str("cat >/etc/systemd/system/kubelet.service.d/20-kubean-karpenter.conf <<'EOF'\n[Service]\nEnvironmentFile=/etc/kubean-karpenter/kubelet-flags.env\nEOF\n");
+    w.push_str(JOIN_BLOCK);
+    s
+}
+
+const COMMON_FUNCTIONS: &str = r#"
+log() { echo "kubean-karpenter: $*" >&2; }
+fail() {
+  echo "kubean-karpenter: FATAL: $*" >&2
+  { echo "kubean-karpenter: FATAL: $*" >/dev/console; } 2>/dev/null || true
+  exit 1
+}
+# retry ATTEMPTS COMMAND...: runs COMMAND until it succeeds, backing off 1s, 2s, 4s ... 30s.
+retry() {
+  local attempts=$1 n=1 delay=1
+  shift
+  until "$@"; do
+    if [ "$n" -ge "$attempts" ]; then
+      return 1
+    fi
+    sleep "$delay"
+    n=$((n + 1))
+    delay=$((delay * 2))
+    if [ "$delay" -gt 30 ]; then delay=30; fi
+  done
+}
+"#;
+
+const IMDS_BLOCK: &str = r#"
+# IMDSv2: Karpenter launches with httpTokens=required, where tokenless requests get 401.
+IMDS=http://169.254.169.254
+imds_token() {
+  curl -sS --fail --max-time 5 -X PUT "$IMDS/latest/api/token" \
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 21600"
+}
+IMDS_TOKEN="$(retry 10 imds_token)" || fail "no IMDSv2 token from $IMDS"
+imds() {
+  curl -sS --fail --max-time 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$IMDS/latest/meta-data/$1"
+}
+INSTANCE_ID="$(retry 5 imds instance-id)" || fail "cannot read instance-id from IMDS"
+AWS_AZ="$(retry 5 imds placement/availability-zone)" || fail "cannot read the availability zone from IMDS"
+[[ "$INSTANCE_ID" =~ ^i-[0-9a-f]{8,17}$ ]] || fail "unexpected instance ID '$INSTANCE_ID'"
+[[ "$AWS_AZ" =~ ^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$ ]] || fail "unexpected availability zone '$AWS_AZ'"
+# Karpenter matches the Node to its NodeClaim by this exact string.
+PROVIDER_ID="aws:///${AWS_AZ}/${INSTANCE_ID}"
+log "instance $INSTANCE_ID in $AWS_AZ, provider ID $PROVIDER_ID"
+"#;
+
+const GPU_CHECKS: &str = r#"command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: the GPU AMI has no NVIDIA driver"
+DRIVER="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)" ||
+  fail "nvidia-smi cannot talk to the driver"
+[ "$DRIVER" = "$EXPECTED_DRIVER" ] ||
+  fail "NVIDIA driver $DRIVER, but the spec pins $EXPECTED_DRIVER: rebuild the AMI or update spec.gpu.driverVersion"
+command -v nvidia-container-runtime >/dev/null ||
+  fail "nvidia-container-runtime not found: the GPU AMI lacks the NVIDIA container runtime"
+log "NVIDIA driver $DRIVER and container runtime present"
+"#;
+
+fn store_block(what: &str, action: &str) -> String {
+    format!(
+        r#"JOIN_CONFIG="$(retry 8 fetch_join_config)" ||
+  fail "cannot read the join configuration from {what} $JOIN_STORE (the node role needs {action} on it)"
+TOKEN=""
+CA_CERT_HASH=""
+EXPIRATION=""
+while IFS='=' read -r key value; do
+  case "$key" in
+    KK_TOKEN) TOKEN="$value" ;;
+    KK_CA_CERT_HASH) CA_CERT_HASH="$value" ;;
+    KK_EXPIRATION) EXPIRATION="$value" ;;
+  esac
+done <<<"$JOIN_CONFIG"
+[ -n "$EXPIRATION" ] || fail "the join configuration in $JOIN_STORE has no KK_EXPIRATION"
+EXPIRES_AT="$(date -d "$EXPIRATION" +%s)" || fail "unreadable KK_EXPIRATION '$EXPIRATION' in $JOIN_STORE"
+[ "$EXPIRES_AT" -gt "$(date +%s)" ] ||
+  fail "the bootstrap token in $JOIN_STORE expired at $EXPIRATION: is the token rotation controller running?"
+"#
+    )
+}
+
+const JOIN_BLOCK: &str = r#"
+[[ "$TOKEN" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "malformed bootstrap token (expected [a-z0-9]{6}.[a-z0-9]{16})"
+[[ "$CA_CERT_HASH" =~ ^sha256:[0-9a-f]{64}$ ]] || fail "malformed CA certificate hash (expected sha256:<64 hex>)"
+
+systemctl daemon-reload
+systemctl enable --now containerd
+log "joining $API_SERVER_ENDPOINT as $INSTANCE_ID"
+kubeadm join "$API_SERVER_ENDPOINT" \
+  --token "$TOKEN" \
+  --discovery-token-ca-cert-hash "$CA_CERT_HASH" \
+  --node-name "$INSTANCE_ID"
+log "joined"
+"#;

@@ -1,0 +1,238 @@
+//! Text → `ElasticCluster`, with every problem reported at its file:line:col.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use kk_model::yaml::{self, Document, LoadLimits};
+use kk_model::{FieldPath, PathSeg, Pos};
+use serde_json::Value;
+
+use crate::types::ElasticCluster;
+use crate::validate::validate;
+
+/// One problem in a spec, located in its source.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SpecError {
+    pub file: String,
+    pub pos: Pos,
+    pub path: FieldPath,
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_root() {
+            write!(f, "{}:{}: {}", self.file, self.pos, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}: {}: {}",
+                self.file, self.pos, self.path, self.message
+            )
+        }
+    }
+}
+
+/// A spec together with the document it was read from (for positions in later stages).
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    pub spec: ElasticCluster,
+    pub document: Document,
+    pub file: String,
+}
+
+/// Parses and validates one ElasticCluster document. `file` names the source in errors.
+pub fn parse_spec(text: &str, file: &str) -> Result<LoadedSpec, Vec<SpecError>> {
+    let at = |pos: Pos, path: FieldPath, message: String| SpecError {
+        file: file.to_owned(),
+        pos,
+        path,
+        message,
+    };
+    let docs = yaml::load_documents(text, LoadLimits::default())
+        .map_err(|e| vec![at(e.pos, FieldPath::root(), e.message)])?;
+    let document = match docs.len() {
+        1 => docs.into_iter().next().expect("one document"),
+        0 => {
+            return Err(vec![at(
+                Pos { line: 1, col: 1 },
+                FieldPath::root(),
+                "no ElasticCluster document found".into(),
+            )]);
+        }
+        n => {
+            return Err(vec![at(
+                docs[1].start,
+                FieldPath::root(),
+                format!("expected one ElasticCluster document, found {n}"),
+            )]);
+        }
+    };
+    let spec = deserialize_all_errors(&document).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|(path, message, on_key)| {
+                let pos = if on_key {
+                    document.key_pos(&path)
+                } else {
+                    document.pos(&path)
+                };
+                at(pos, path, message)
+            })
+            .collect::<Vec<_>>()
+    })?;
+    let mut errors: Vec<SpecError> = validate(&spec)
+        .into_iter()
+        .map(|(path, message)| at(document.pos(&path), path, message))
+        .collect();
+    if errors.is_empty() {
+        Ok(LoadedSpec {
+            spec,
+            document,
+            file: file.to_owned(),
+        })
+    } else {
+        errors.sort();
+        errors.dedup();
+        Err(errors)
+    }
+}
+
+/// serde stops at the first error; we want them all. After each error the offending
+/// value is removed or replaced by an empty value of the expected type, and errors
+/// beneath a replaced value are not reported (they would only echo the first one).
+fn deserialize_all_errors(
+    document: &Document,
+) -> Result<ElasticCluster, Vec<(FieldPath, String, bool)>> {
+    let mut value = document.value.clone();
+    let mut problems = Vec::new();
+    let mut patched: BTreeSet<FieldPath> = BTreeSet::new();
+    let mut attempts: BTreeMap<FieldPath, u8> = BTreeMap::new();
+    for _ in 0..200 {
+        let err = match serde_path_to_error::deserialize::<_, ElasticCluster>(&value) {
+            Ok(spec) if problems.is_empty() => return Ok(spec),
+            Ok(_) => return Err(problems),
+            Err(err) => err,
+        };
+        let mut path = convert_path(err.path());
+        let message = err.inner().to_string();
+        let quoted = between_backticks(&message);
+        if message.starts_with("unknown field") || message.starts_with("missing field") {
+            if let Some(name) = &quoted {
+                path = path.key(name);
+            }
+        }
+        let under_patch = patched
+            .iter()
+            .any(|p| path.0.starts_with(&p.0) && path != *p);
+        if !under_patch && !problems.iter().any(|(p, _, _)| *p == path) {
+            problems.push((
+                path.clone(),
+                tidy(&message),
+                message.starts_with("unknown field"),
+            ));
+        }
+        patched.insert(path.clone());
+        let tries = attempts.entry(path.clone()).or_default();
+        *tries += 1;
+        if *tries > 2 {
+            // The placeholders did not satisfy serde: nothing more can be learnt safely.
+            break;
+        }
+        if message.starts_with("unknown field") {
+            remove(&mut value, &path);
+        } else {
+            set(&mut value, &path, placeholder_for(&message));
+        }
+    }
+    Err(problems)
+}
+
+fn tidy(message: &str) -> String {
+    // serde lists every allowed field; keep it, it is the most useful hint for a typo.
+    message.replace(" at line 1 column 1", "")
+}
+
+fn between_backticks(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let end = message[start..].find('`')? + start;
+    Some(message[start..end].to_owned())
+}
+
+/// An empty value of the type serde said it expected, so deserialization can go on.
+fn placeholder_for(message: &str) -> Value {
+    let expected = message.rsplit("expected").next().unwrap_or("");
+    if expected.contains("sequence") {
+        Value::Array(Vec::new())
+    } else if expected.contains("map") || expected.contains("struct") {
+        Value::Object(Default::default())
+    } else if expected.contains("bool") {
+        Value::Bool(false)
+    } else if ["i64", "u16", "u32", "u64", "integer", "f64", "number"]
+        .iter()
+        .any(|t| expected.contains(t))
+    {
+        Value::from(1)
+    } else if message.starts_with("unknown variant") {
+        // Carry on with the first allowed variant.
+        between_backticks(expected).map_or(Value::Null, Value::String)
+    } else {
+        Value::String(String::new())
+    }
+}
+
+fn convert_path(path: &serde_path_to_error::Path) -> FieldPath {
+    use serde_path_to_error::Segment;
+    let segs = path
+        .iter()
+        .filter_map(|seg| match seg {
+            Segment::Seq { index } => Some(PathSeg::Index(*index)),
+            Segment::Map { key } => Some(PathSeg::Key(key.clone())),
+            Segment::Enum { variant } => Some(PathSeg::Key(variant.clone())),
+            Segment::Unknown => None,
+        })
+        .collect();
+    FieldPath(segs)
+}
+
+fn remove(value: &mut Value, path: &FieldPath) {
+    let Some(parent) = path.parent() else { return };
+    if let (Some(Value::Object(map)), Some(PathSeg::Key(key))) =
+        (get_mut(value, &parent), path.0.last())
+    {
+        map.remove(key);
+    }
+}
+
+fn set(value: &mut Value, path: &FieldPath, replacement: Value) {
+    if path.is_root() {
+        *value = replacement;
+        return;
+    }
+    let Some(parent) = path.parent() else { return };
+    match (get_mut(value, &parent), path.0.last()) {
+        (Some(Value::Object(map)), Some(PathSeg::Key(key))) => {
+            if replacement.is_null() {
+                map.remove(key);
+            } else {
+                map.insert(key.clone(), replacement);
+            }
+        }
+        (Some(Value::Array(items)), Some(PathSeg::Index(i))) if *i < items.len() => {
+            items[*i] = replacement;
+        }
+        _ => {}
+    }
+}
+
+fn get_mut<'v>(value: &'v mut Value, path: &FieldPath) -> Option<&'v mut Value> {
+    let mut current = value;
+    for seg in &path.0 {
+        current = match (seg, current) {
+            (PathSeg::Key(k), Value::Object(map)) => map.get_mut(k)?,
+            (PathSeg::Index(i), Value::Array(items)) => items.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    Some(current)
+}

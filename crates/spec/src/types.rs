@@ -1,0 +1,495 @@
+//! The `ElasticCluster` document: every placeholder of the seed runbook in one place.
+//!
+//! Field names follow Kubernetes conventions (camelCase, `...ID` for identifiers).
+//! Unknown fields are refused: a typo in a spec must not silently become a default.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "kubean-karpenter.io/v1alpha1";
+pub const KIND: &str = "ElasticCluster";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ElasticCluster {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    pub spec: ClusterSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Metadata {
+    /// The cluster name: Karpenter's `settings.clusterName`, the discovery tag value, the Kubean Cluster.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Kubernetes version Kubean installs, e.g. `1.35.5` (Karpenter v1.14 supports 1.29–1.36).
+    pub kubernetes_version: String,
+    pub api_server: ApiServer,
+    pub ca_bundle: CaBundleSource,
+    pub kubean: Kubean,
+    pub aws: Aws,
+    #[serde(default)]
+    pub karpenter: Karpenter,
+    pub join: Join,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuStack>,
+    pub pools: Vec<Pool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiServer {
+    /// DNS name nodes use to reach the API server (`<KUBE_APISERVER_DNS_NAME>`); also a SAN.
+    pub dns_name: String,
+    #[serde(default = "default_api_port")]
+    pub port: u16,
+    /// IP of the load balancer in front of the API servers, when Kubespray should pin it
+    /// in /etc/hosts (`loadbalancer_apiserver.address`); omit when DNS resolves the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_address: Option<String>,
+}
+
+fn default_api_port() -> u16 {
+    6443
+}
+
+/// Where the cluster CA certificate comes from; exactly one field is set.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CaBundleSource {
+    /// A PEM file, relative to the spec file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The PEM, base64-encoded (as in a kubeconfig's `certificate-authority-data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+    /// Read `certificate-authority-data` from a kubeconfig.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<KubeconfigRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeconfigRef {
+    pub path: String,
+    /// Cluster entry to read; the current context's cluster when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Kubean {
+    /// Namespace of the hosts/vars ConfigMaps and the SSH Secret.
+    #[serde(default = "default_kubean_namespace")]
+    pub namespace: String,
+    /// The spray-job image the ClusterOperation runs.
+    pub spray_job_image: String,
+    /// Kubespray `kube_network_plugin` (calico, cilium, ...). Not aws-vpc-cni: pod density is set explicitly.
+    #[serde(default = "default_network_plugin")]
+    pub network_plugin: String,
+    pub ssh: Ssh,
+    pub nodes: Vec<KubeanNode>,
+    /// Taints for infra nodes, in Kubespray's `key=value:Effect` form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub infra_taints: Vec<String>,
+}
+
+fn default_kubean_namespace() -> String {
+    "kubean-system".into()
+}
+
+fn default_network_plugin() -> String {
+    "calico".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ssh {
+    pub user: String,
+    #[serde(default = "default_ssh_port")]
+    pub port: u16,
+    /// Secret (type kubernetes.io/ssh-auth, key `ssh-privatekey`) in the Kubean namespace.
+    pub private_key_secret: String,
+}
+
+fn default_ssh_port() -> u16 {
+    22
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeRole {
+    ControlPlane,
+    Etcd,
+    Infra,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KubeanNode {
+    pub name: String,
+    pub ip: String,
+    /// EC2 private DNS name; Kubespray never sets `--provider-id`, so the AWS cloud
+    /// controller manager finds the instance by this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_dns_name: Option<String>,
+    pub roles: Vec<NodeRole>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Aws {
+    pub region: String,
+    /// Needed for IAM ARNs (`iam:PassRole` on the node role only).
+    #[serde(rename = "accountID")]
+    pub account_id: String,
+    #[serde(default = "default_partition")]
+    pub partition: String,
+    #[serde(rename = "vpcID")]
+    pub vpc_id: String,
+    pub subnets: Discovery,
+    pub security_groups: Discovery,
+    /// Security group of the API server; must admit 6443 from the node security group.
+    #[serde(rename = "controlPlaneSecurityGroupID")]
+    pub control_plane_security_group_id: String,
+    pub node_role: String,
+    pub node_instance_profile: String,
+}
+
+fn default_partition() -> String {
+    "aws".into()
+}
+
+/// Subnets or security groups: by IDs, or by a discovery tag (default `karpenter.sh/discovery=<cluster>`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Discovery {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery_tag: Option<Tag>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tag {
+    pub key: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Karpenter {
+    #[serde(default = "default_karpenter_namespace")]
+    pub namespace: String,
+    /// Helm chart version of oci://public.ecr.aws/karpenter/karpenter.
+    #[serde(default = "default_karpenter_version")]
+    pub version: String,
+    #[serde(default)]
+    pub credentials: ControllerCredentials,
+    /// SQS queue for interruption events; empty disables the interruption controller.
+    #[serde(default)]
+    pub interruption_queue: String,
+    /// No internet: skip the pricing API.
+    #[serde(rename = "isolatedVPC", default)]
+    pub isolated_vpc: bool,
+}
+
+impl Default for Karpenter {
+    fn default() -> Self {
+        Self {
+            namespace: default_karpenter_namespace(),
+            version: default_karpenter_version(),
+            credentials: ControllerCredentials::default(),
+            interruption_queue: String::new(),
+            isolated_vpc: false,
+        }
+    }
+}
+
+fn default_karpenter_namespace() -> String {
+    "karpenter".into()
+}
+
+fn default_karpenter_version() -> String {
+    "1.14.1".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CredentialSource {
+    /// The infra workers' instance profile (recommended).
+    #[default]
+    InstanceProfile,
+    /// AK/SK from a Secret (only when an instance profile cannot be used).
+    StaticSecret,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerCredentials {
+    #[serde(default)]
+    pub source: CredentialSource,
+    /// Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (staticSecret only).
+    #[serde(default = "default_credentials_secret")]
+    pub secret_name: String,
+}
+
+impl Default for ControllerCredentials {
+    fn default() -> Self {
+        Self {
+            source: CredentialSource::default(),
+            secret_name: default_credentials_secret(),
+        }
+    }
+}
+
+fn default_credentials_secret() -> String {
+    "karpenter-aws-credentials".into()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JoinMode {
+    /// Token and CA hash embedded in userData (the seed's way; a rotation drifts every node).
+    Static,
+    /// Fetched at boot from an SSM SecureString parameter.
+    Ssm,
+    /// Fetched at boot from a Secrets Manager secret.
+    SecretsManager,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Join {
+    pub mode: JoinMode,
+    /// SSM parameter name or Secrets Manager secret name; default `/kubean-karpenter/<cluster>/join`
+    /// (SSM) or `kubean-karpenter/<cluster>/join` (Secrets Manager).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_name: Option<String>,
+    /// Static mode only: `[a-z0-9]{6}.[a-z0-9]{16}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Static mode only; computed from the CA bundle when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuStack {
+    /// NVIDIA driver baked into the GPU AMI (`<NVIDIA_DRIVER_VERSION>`), checked at boot.
+    pub driver_version: String,
+    /// CUDA version of the AMI (`<CUDA_VERSION>`), for the verification workload.
+    pub cuda_version: String,
+    /// Tag of nvcr.io/nvidia/k8s-device-plugin (`<NVIDIA_DEVICE_PLUGIN_VERSION>`).
+    pub device_plugin_version: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolType {
+    Cpu,
+    Gpu,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pool {
+    /// NodePool name.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub pool_type: PoolType,
+    /// EC2NodeClass name; defaults to the pool name. Pools may share one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class: Option<String>,
+    pub ami: Ami,
+    pub instances: Instances,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<PoolGpu>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// NodePool limits (`cpu`, `memory`, `nvidia.com/gpu`, ...), as Kubernetes quantities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, QuantityValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<RootVolume>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<Kubelet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
+}
+
+/// A quantity written as a string (`"500"`, `1000Gi`) or a bare number (`500`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum QuantityValue {
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl QuantityValue {
+    pub fn as_text(&self) -> String {
+        match self {
+            Self::Int(i) => i.to_string(),
+            Self::Float(f) => f.to_string(),
+            Self::Text(s) => s.clone(),
+        }
+    }
+}
+
+/// The AMI, exactly one of three forms.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Ami {
+    /// An AMI ID, e.g. `ami-0123456789abcdef0` (a custom image with kubeadm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A Karpenter alias `family@version`, e.g. `al2023@v20260827` (pin it; never `@latest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// An EKS AL2023 release such as `1.36.3-20260827`, resolved by Karpenter through the
+    /// release's own (immutable) public SSM parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_release: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Instances {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<String>,
+    /// Karpenter capacity types, spot first when both are allowed.
+    #[serde(default = "default_capacity_types")]
+    pub capacity_types: Vec<String>,
+    #[serde(default = "default_arch")]
+    pub arch: Vec<String>,
+    /// Karpenter `minValues` on the instance-type flexibility (spot diversity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_values: Option<i64>,
+}
+
+fn default_capacity_types() -> Vec<String> {
+    vec!["on-demand".into()]
+}
+
+fn default_arch() -> Vec<String> {
+    vec!["amd64".into()]
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolGpu {
+    #[serde(default = "default_gpu_manufacturer")]
+    pub manufacturer: String,
+    /// `karpenter.k8s.aws/instance-gpu-name` values, e.g. `l4`, `a10g`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// GPUs per node (`karpenter.k8s.aws/instance-gpu-count`).
+    pub count: Option<i64>,
+    /// Time-slicing replicas per GPU; the node advertises count × replicas `nvidia.com/gpu`.
+    #[serde(default = "default_sharing")]
+    pub sharing_replicas: i64,
+}
+
+fn default_gpu_manufacturer() -> String {
+    "nvidia".into()
+}
+
+fn default_sharing() -> i64 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Disruption {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidate_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<Budget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Budget {
+    pub nodes: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RootVolume {
+    #[serde(default = "default_device_name")]
+    pub device_name: String,
+    pub size: String,
+    #[serde(rename = "type", default = "default_volume_type")]
+    pub volume_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iops: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<i64>,
+    #[serde(default = "default_true")]
+    pub encrypted: bool,
+    #[serde(rename = "kmsKeyID", default, skip_serializing_if = "Option::is_none")]
+    pub kms_key_id: Option<String>,
+}
+
+fn default_device_name() -> String {
+    "/dev/xvda".into()
+}
+
+fn default_volume_type() -> String {
+    "gp3".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Kubelet {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pods: Option<i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kube_reserved: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub system_reserved: BTreeMap<String, String>,
+}
