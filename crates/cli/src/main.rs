@@ -83,11 +83,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Validate { spec } => {
             let (loaded, _) = load_spec(&spec)?;
+            let pools = loaded.spec.spec.pools.len();
             println!(
-                "{}: ElasticCluster {} is valid ({} pools)",
+                "{}: ElasticCluster {} is valid ({pools} pool{})",
                 loaded.file,
                 loaded.spec.metadata.name,
-                loaded.spec.spec.pools.len()
+                if pools == 1 { "" } else { "s" }
             );
             Ok(ExitCode::SUCCESS)
         }

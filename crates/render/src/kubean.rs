@@ -183,9 +183,9 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         status: None,
         extra: Default::default(),
     };
-    bundle.add_yaml("kubean/hosts-conf.yaml", &[hosts])?;
-    bundle.add_yaml("kubean/vars-conf.yaml", &[vars])?;
-    bundle.add_yaml("kubean/cluster.yaml", &[to_value(&kubean_cluster)?])?;
-    bundle.add_yaml("kubean/cluster-operation.yaml", &[to_value(&operation)?])?;
+    bundle.add_yaml("kubean/1-hosts-conf.yaml", &[hosts])?;
+    bundle.add_yaml("kubean/2-vars-conf.yaml", &[vars])?;
+    bundle.add_yaml("kubean/3-cluster.yaml", &[to_value(&kubean_cluster)?])?;
+    bundle.add_yaml("kubean/4-cluster-operation.yaml", &[to_value(&operation)?])?;
     Ok(())
 }

@@ -117,10 +117,13 @@ fn deserialize_all_errors(
         let mut path = convert_path(err.path());
         let message = err.inner().to_string();
         let quoted = between_backticks(&message);
-        if message.starts_with("unknown field") || message.starts_with("missing field") {
-            if let Some(name) = &quoted {
-                path = path.key(name);
-            }
+        // serde_path_to_error ends the path at the offending key for unknown fields, but
+        // at the parent for missing ones.
+        if let Some(name) = &quoted
+            && (message.starts_with("unknown field") || message.starts_with("missing field"))
+            && path.0.last() != Some(&PathSeg::Key(name.clone()))
+        {
+            path = path.key(name);
         }
         let under_patch = patched
             .iter()

@@ -238,19 +238,21 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
             seen_roles.insert(*role);
         }
     }
-    for (role, why) in [
-        (NodeRole::ControlPlane, "the cluster needs a control plane"),
-        (NodeRole::Etcd, "the cluster needs etcd"),
+    for (role, name, why) in [
+        (
+            NodeRole::ControlPlane,
+            "control-plane",
+            "the cluster needs a control plane",
+        ),
+        (NodeRole::Etcd, "etcd", "the cluster needs etcd"),
         (
             NodeRole::Infra,
+            "infra",
             "the Karpenter controller must run on Kubean-managed infra nodes",
         ),
     ] {
         if !seen_roles.contains(&role) {
-            p.push((
-                nodes_at.clone(),
-                format!("no node with role {role:?}: {why}"),
-            ));
+            p.push((nodes_at.clone(), format!("no node with role {name}: {why}")));
         }
     }
     for (i, taint) in k.infra_taints.iter().enumerate() {

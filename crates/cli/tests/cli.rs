@@ -1,0 +1,165 @@
+//! The binary as a user runs it: exit codes, stdin, nothing written on failure.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/specs")
+        .join(rel)
+}
+
+#[test]
+fn init_prints_a_spec_that_renders() {
+    let init = bin().arg("init").output().unwrap();
+    assert!(init.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let mut child = bin()
+        .args(["render", "-", "-o"])
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&init.stdout).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(out.join("ORDER.md").is_file());
+    assert!(out.join("nodeclasses/kubean-aws-gpu.yaml").is_file());
+}
+
+#[test]
+fn invalid_spec_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let result = bin()
+        .arg("render")
+        .arg(fixture("invalid/negative-limit.yaml"))
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr
+            .contains("negative-limit.yaml:37:21: spec.pools[0].limits.cpu: limit -4 is negative"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no staging left behind"
+    );
+}
+
+#[test]
+fn existing_output_is_kept_without_force_and_replaced_whole_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    std::fs::create_dir_all(out.join("stale")).unwrap();
+    let refused = bin()
+        .args(["render", "--example", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(out.join("stale").exists());
+    let forced = bin()
+        .args(["render", "--example", "--force", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(forced.status.success());
+    assert!(
+        !out.join("stale").exists(),
+        "old bundle replaced, not merged"
+    );
+    assert!(out.join("karpenter/values.yaml").is_file());
+}
+
+#[test]
+fn ca_from_file_and_kubeconfig_resolve_relative_to_the_spec() {
+    for spec in [
+        "static-minimal.yaml",
+        "secrets-manager-arm.yaml",
+        "seed000-static.yaml",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("b");
+        let result = bin()
+            .arg("render")
+            .arg(fixture(spec))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            result.status.success(),
+            "{spec}: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+    }
+}
+
+#[test]
+fn missing_ca_file_names_the_field() {
+    let text = std::fs::read_to_string(fixture("static-minimal.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let result = bin()
+        .arg("render")
+        .arg(&spec)
+        .arg("-o")
+        .arg(dir.path().join("b"))
+        .output()
+        .unwrap();
+    assert_eq!(result.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains(":12:11: spec.caBundle.file: cannot read"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("b").exists());
+}
+
+#[test]
+fn stdout_output_is_the_manifest_stream() {
+    let result = bin()
+        .args(["render", "--example", "-o", "-"])
+        .output()
+        .unwrap();
+    assert!(result.status.success());
+    let text = String::from_utf8(result.stdout).unwrap();
+    let docs = kk_model::yaml::load_documents(&text, Default::default()).unwrap();
+    let kinds: Vec<&str> = docs
+        .iter()
+        .filter_map(|d| d.value["kind"].as_str())
+        .collect();
+    // Kubean first (its ConfigMaps before the Cluster, the operation last), workloads last;
+    // Helm values are not manifests.
+    assert_eq!(
+        &kinds[..4],
+        &["ConfigMap", "ConfigMap", "Cluster", "ClusterOperation"]
+    );
+    assert!(kinds.contains(&"EC2NodeClass") && kinds.contains(&"NodePool"));
+    let first_pool = kinds.iter().position(|k| *k == "NodePool").unwrap();
+    let last_class = kinds.iter().rposition(|k| *k == "EC2NodeClass").unwrap();
+    assert!(last_class < first_pool);
+    assert!(
+        !text.contains("settings:"),
+        "values files are not part of the stream"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let result = bin().args(["render"]).output().unwrap();
+    assert_eq!(result.status.code(), Some(2));
+}

@@ -1,0 +1,183 @@
+//! Rendered bundles: snapshots, acceptance by the real CRD schemas and CEL rules, determinism.
+
+use std::path::PathBuf;
+
+use kk_render::{Bundle, render};
+use kk_spec::{ElasticCluster, parse_spec};
+
+fn specs_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/specs")
+}
+
+/// (name, spec) for the built-in example and every valid fixture.
+fn all_specs() -> Vec<(String, ElasticCluster)> {
+    let mut out = vec![(
+        "example".to_owned(),
+        parse_spec(kk_spec::EXAMPLE, "example").unwrap().spec,
+    )];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(specs_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let loaded = parse_spec(&text, &name).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        out.push((name, loaded.spec));
+    }
+    assert!(out.len() >= 4, "the example and at least 3 fixtures");
+    out
+}
+
+/// Every fixture uses the same test CA (fixtures/specs/pki/ca.crt), whatever its source.
+fn ca_pem(cluster: &ElasticCluster) -> Vec<u8> {
+    match kk_render::inline_ca_pem(cluster) {
+        Some(pem) => pem.unwrap(),
+        None => std::fs::read(specs_dir().join("pki/ca.crt")).unwrap(),
+    }
+}
+
+fn render_spec(cluster: &ElasticCluster) -> Bundle {
+    render(cluster, &ca_pem(cluster)).unwrap()
+}
+
+fn flatten(bundle: &Bundle) -> String {
+    let mut text = String::new();
+    for (path, content) in &bundle.files {
+        text.push_str(&format!("=== {path} ===\n{content}"));
+        if !content.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    text
+}
+
+#[test]
+fn bundles_match_their_snapshots() {
+    for (name, cluster) in all_specs() {
+        insta::assert_snapshot!(name.clone(), flatten(&render_spec(&cluster)));
+    }
+}
+
+#[test]
+fn rendering_is_byte_for_byte_deterministic() {
+    for (name, cluster) in all_specs() {
+        assert_eq!(render_spec(&cluster), render_spec(&cluster), "{name}");
+    }
+}
+
+#[test]
+fn every_karpenter_and_kubean_object_passes_the_crd_schema_and_cel_rules() {
+    let known = kk_crd_check::known_kinds();
+    let mut checked = 0;
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        for (path, object) in bundle.manifests() {
+            let api = object["apiVersion"].as_str().unwrap_or_default().to_owned();
+            let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+            if !known.contains(&(api.clone(), kind.clone())) {
+                continue;
+            }
+            let violations = kk_crd_check::validate(&object).unwrap();
+            assert!(
+                violations.is_empty(),
+                "{name}/{path} {kind}: {}",
+                violations
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            checked += 1;
+        }
+    }
+    // example: 3 pools, 3 classes, Cluster + ClusterOperation, and so on for the fixtures.
+    assert!(checked >= 20, "only {checked} objects checked");
+}
+
+#[test]
+fn typed_models_round_trip_the_rendered_objects() {
+    use kk_model::karpenter::{EC2NodeClass, NodePool};
+    use kk_model::kubean::{Cluster, ClusterOperation};
+    fn same<T: serde::de::DeserializeOwned + serde::Serialize>(v: &serde_json::Value) {
+        let typed: T = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(typed).unwrap(), v);
+    }
+    for (_, cluster) in all_specs() {
+        for (_, object) in render_spec(&cluster).manifests() {
+            match object["kind"].as_str() {
+                Some("EC2NodeClass") => same::<EC2NodeClass>(&object),
+                Some("NodePool") => same::<NodePool>(&object),
+                Some("Cluster") => same::<Cluster>(&object),
+                Some("ClusterOperation") => same::<ClusterOperation>(&object),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn ca_hash_equals_what_openssl_computes_for_the_test_ca() {
+    // `openssl x509 -pubkey -noout -in fixtures/specs/pki/ca.crt | openssl pkey -pubin -outform der | sha256sum`
+    let pem = std::fs::read(specs_dir().join("pki/ca.crt")).unwrap();
+    let ca = kk_render::ClusterCa::from_pem(&pem).unwrap();
+    assert_eq!(
+        ca.cert_hash,
+        "sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e"
+    );
+}
+
+#[test]
+fn karpenter_values_fit_a_non_eks_control_plane() {
+    let (_, cluster) = all_specs()
+        .into_iter()
+        .find(|(n, _)| n == "example")
+        .unwrap();
+    let bundle = render_spec(&cluster);
+    let docs =
+        kk_model::yaml::load_documents(&bundle.files["karpenter/values.yaml"], Default::default())
+            .unwrap();
+    let v = &docs[0].value;
+    assert_eq!(
+        v["settings"]["clusterEndpoint"],
+        "https://api.demo.internal:6443"
+    );
+    assert_eq!(v["settings"]["eksControlPlane"], false);
+    assert_eq!(
+        v["settings"]["clusterCABundle"],
+        cluster.spec.ca_bundle.base64.clone().unwrap()
+    );
+    assert_eq!(v["nodeSelector"]["node-role.kubernetes.io/infra"], "");
+    // Instance-profile mode: no static keys anywhere.
+    assert!(!bundle.files["karpenter/values.yaml"].contains("AWS_SECRET_ACCESS_KEY"));
+    let (_, static_keys) = all_specs()
+        .into_iter()
+        .find(|(n, _)| n == "secrets-manager-arm")
+        .unwrap();
+    let text = &render_spec(&static_keys).files["karpenter/values.yaml"];
+    assert!(text.contains("secretKeyRef") && text.contains("karpenter-aws"));
+}
+
+#[test]
+fn ssm_mode_userdata_never_contains_a_token_and_static_mode_does() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        for (path, object) in bundle.manifests() {
+            if object["kind"] != "EC2NodeClass" {
+                continue;
+            }
+            let user_data = object["spec"]["userData"].as_str().unwrap();
+            let token = cluster.spec.join.token.clone();
+            match token {
+                Some(t) => assert!(user_data.contains(&t), "{name}/{path}"),
+                None => assert!(!user_data.contains("TOKEN='"), "{name}/{path}"),
+            }
+            let tracing = user_data
+                .lines()
+                .any(|l| l.trim_start().starts_with("set -") && l.contains('x'));
+            assert!(!tracing, "{name}/{path}: xtrace would print the token");
+        }
+    }
+}
