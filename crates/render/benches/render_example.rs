@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 fn main() {
     let run = || {
         let loaded = kk_spec::parse_spec(kk_spec::EXAMPLE, kk_spec::EXAMPLE_FILE).expect("valid");
-        let pem = kk_render::inline_ca_pem(&loaded.spec).expect("inline CA").expect("base64");
+        let pem = kk_render::inline_ca_pem(&loaded.spec)
+            .expect("inline CA")
+            .expect("base64");
         kk_render::render(&loaded.spec, &pem).expect("renders")
     };
     // Warm up, then measure batches until two seconds have passed.

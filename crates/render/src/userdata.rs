@@ -112,11 +112,13 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
             let _ = writeln!(w, "CA_CERT_HASH={}", sq(hash));
         }
         JoinMode::Ssm => {
+            w.push_str(AWS_CLI_CHECK);
             w.push_str("# The join configuration lives in SSM, so token rotation never changes this userData.\n");
             w.push_str("fetch_join_config() {\n  aws ssm get-parameter --region \"$AWS_REGION\" --name \"$JOIN_STORE\" --with-decryption \\\n    --query Parameter.Value --output text\n}\n");
             w.push_str(&store_block("SSM parameter", "ssm:GetParameter"));
         }
         JoinMode::SecretsManager => {
+            w.push_str(AWS_CLI_CHECK);
             w.push_str("# The join configuration lives in Secrets Manager, so token rotation never changes this userData.\n");
             w.push_str("fetch_join_config() {\n  aws secretsmanager get-secret-value --region \"$AWS_REGION\" --secret-id \"$JOIN_STORE\" \\\n    --query SecretString --output text\n}\n");
             w.push_str(&store_block(
@@ -188,7 +190,8 @@ imds() {
 INSTANCE_ID="$(retry 5 imds instance-id)" || fail "cannot read instance-id from IMDS"
 AWS_AZ="$(retry 5 imds placement/availability-zone)" || fail "cannot read the availability zone from IMDS"
 [[ "$INSTANCE_ID" =~ ^i-[0-9a-f]{8,17}$ ]] || fail "unexpected instance ID '$INSTANCE_ID'"
-[[ "$AWS_AZ" =~ ^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$ ]] || fail "unexpected availability zone '$AWS_AZ'"
+# Regions, Local Zones (us-east-1-bos-1a) and Wavelength Zones all fit this.
+[[ "$AWS_AZ" =~ ^[a-z]{2}(-[a-z0-9]+)+$ ]] || fail "unexpected availability zone '$AWS_AZ'"
 # Karpenter matches the Node to its NodeClaim by this exact string.
 PROVIDER_ID="aws:///${AWS_AZ}/${INSTANCE_ID}"
 log "instance $INSTANCE_ID in $AWS_AZ, provider ID $PROVIDER_ID"
@@ -201,6 +204,11 @@ DRIVER="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 
   fail "NVIDIA driver $DRIVER, but the spec pins $EXPECTED_DRIVER: rebuild the AMI or update spec.gpu.driverVersion"
 command -v nvidia-container-runtime >/dev/null ||
   fail "nvidia-container-runtime not found: the GPU AMI lacks the NVIDIA container runtime"
+# The device plugin runs without a RuntimeClass, so nvidia must be containerd's default runtime.
+if command -v nvidia-ctk >/dev/null; then
+  nvidia-ctk runtime configure --runtime=containerd --set-as-default >/dev/null ||
+    fail "nvidia-ctk could not make nvidia containerd's default runtime"
+fi
 log "NVIDIA driver $DRIVER and container runtime present"
 "#;
 
@@ -226,12 +234,17 @@ EXPIRES_AT="$(date -d "$EXPIRATION" +%s)" || fail "unreadable KK_EXPIRATION '$EX
     )
 }
 
+/// Without this, a missing CLI would look like an IAM problem after a minute of retries.
+const AWS_CLI_CHECK: &str = "command -v aws >/dev/null || fail \"aws CLI not found: the AMI needs it to read the join configuration\"\n";
+
 const JOIN_BLOCK: &str = r#"
 [[ "$TOKEN" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "malformed bootstrap token (expected [a-z0-9]{6}.[a-z0-9]{16})"
 [[ "$CA_CERT_HASH" =~ ^sha256:[0-9a-f]{64}$ ]] || fail "malformed CA certificate hash (expected sha256:<64 hex>)"
 
 systemctl daemon-reload
 systemctl enable --now containerd
+# kubeadm starts the kubelet but does not enable it: a reboot would leave the node NotReady.
+systemctl enable kubelet
 log "joining $API_SERVER_ENDPOINT as $INSTANCE_ID"
 kubeadm join "$API_SERVER_ENDPOINT" \
   --token "$TOKEN" \

@@ -1,0 +1,18 @@
+//! The network edge: building kube clients the way kubectl does, applying objects in
+//! order with server-side apply, and the apiserver's own words when it refuses one.
+//!
+//! Everything else in the workspace is pure; this crate and the CLI do the I/O.
+
+pub mod apply;
+pub mod client;
+#[doc(hidden)]
+pub mod testbed;
+
+pub use apply::{Applied, ApplyError, ApplyOptions, Refusal, apply_all};
+pub use client::{ClientOptions, make_client};
+
+/// kube-rs and, later, the AWS SDK share rustls: install exactly one crypto provider
+/// before the first client, or rustls panics choosing between two.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
