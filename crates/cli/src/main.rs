@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
+mod apply_cmd;
 mod files;
 
 use std::io::{Read, Write};
@@ -31,6 +32,10 @@ struct Cli {
 enum Command {
     /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools).
     Init,
+    /// Server-side apply, in order, after a server-side dry run of every object: a spec,
+    /// a rendered bundle, or manifests. A refusal prints the apiserver's message and
+    /// applies nothing.
+    Apply(apply_cmd::ApplyArgs),
     /// Check a spec and report every problem with file:line:col (exit 2 if any).
     Validate {
         /// The spec file, or - for standard input.
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
+        Command::Apply(args) => apply_cmd::run(args),
         Command::Init => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
             Ok(ExitCode::SUCCESS)
@@ -131,7 +137,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
 }
 
 /// Reads a spec from a path or `-`; returns it with the directory relative paths resolve against.
-fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
+pub(crate) fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
     if arg == "-" {
         let mut text = String::new();
         std::io::stdin()

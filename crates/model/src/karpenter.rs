@@ -407,4 +407,28 @@ spec:
     fn node_pool_round_trips() {
         round_trip::<NodePool>(NODE_POOL);
     }
+
+    #[test]
+    fn node_claim_round_trips_with_status() {
+        round_trip::<NodeClaim>(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: gpu-x7k2p
+  labels: {karpenter.sh/nodepool: gpu}
+spec:
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu}
+  requirements:
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [g6.xlarge, g5.xlarge]}
+  resources:
+    requests: {cpu: 3500m, nvidia.com/gpu: "1"}
+  taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  expireAfter: 720h
+status:
+  providerID: aws:///us-east-1b/i-0123456789abcdef0
+  capacity: {cpu: "4", nvidia.com/gpu: "1"}
+"#,
+        );
+    }
 }

@@ -36,7 +36,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             tolerations.insert((t.key.clone(), t.value.clone(), t.effect.clone()));
         }
     }
-    let mut tolerations: Vec<Value> = tolerations
+    let tolerations: Vec<Value> = tolerations
         .into_iter()
         .map(|(key, value, effect)| match value {
             Some(value) => {
@@ -45,8 +45,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             None => json!({ "key": key, "operator": "Exists", "effect": effect }),
         })
         .collect();
-    // Karpenter's own NoExecute taint is gone before pods schedule; CriticalAddonsOnly is not ours.
-    tolerations.push(json!({ "key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists", "effect": "NoSchedule" }));
+    // Exactly the pools' taints: the CCM lifts the uninitialized taint before the plugin is needed.
 
     // One config for the whole DaemonSet: the largest replica count asked for. Pools that
     // want different sharing would need per-node configs (a node label), not done here.

@@ -1,0 +1,134 @@
+//! `kubean-karpenter apply` against the testbed's real apiserver.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn apply(testbed: &kk_live::testbed::Testbed, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .arg("apply")
+        .arg("--kubeconfig")
+        .arg(&testbed.kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_cli_prints_the_apiservers_cel_message_with_object_and_field_and_applies_nothing() {
+    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    // A valid NodePool first: the dry run must stop the whole run before it is applied.
+    std::fs::write(
+        &file,
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: cli-first-ok}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: x}
+      requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: cli-both}
+spec:
+  amiFamily: Custom
+  amiSelectorTerms: [{id: ami-0123456789abcdef0}]
+  subnetSelectorTerms: [{tags: {a: b}}]
+  securityGroupSelectorTerms: [{tags: {a: b}}]
+  role: r
+  instanceProfile: p
+"#,
+    )
+    .unwrap();
+    let out = apply(&testbed, &[file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad.yaml: EC2NodeClass/cli-both: ")
+            && stderr.contains("spec: Invalid value")
+            && stderr.contains("must specify exactly one of ['role', 'instanceProfile']"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing applied"), "{stderr}");
+    // The valid NodePool was not created either.
+    let check = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .args(["apply", "--dry-run=server", "--kubeconfig"])
+        .arg(&testbed.kubeconfig)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2));
+    let client_check = kk_live_has_nodepool(&testbed, "cli-first-ok");
+    assert!(!client_check, "the valid object must not have been applied");
+}
+
+fn kk_live_has_nodepool(testbed: &kk_live::testbed::Testbed, name: &str) -> bool {
+    let server = &testbed.env["KK_TESTBED_APISERVER"];
+    let token = &testbed.env["KK_TESTBED_ADMIN_TOKEN"];
+    let ca = &testbed.env["KK_TESTBED_CA"];
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            ca,
+            "-H",
+        ])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!("{server}/apis/karpenter.sh/v1/nodepools/{name}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout) == "200"
+}
+
+#[test]
+fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
+    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply example") else {
+        return;
+    };
+    let spec = repo().join("crates/spec/src/example.yaml");
+    // Namespaces the bundle uses exist in a real cluster; create them here.
+    let ns = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        ns.path(),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-system}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n",
+    )
+    .unwrap();
+    let _ = apply(&testbed, &[ns.path().to_str().unwrap()]);
+    let out = apply(
+        &testbed,
+        &["--dry-run=server", "-o", "json", spec.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "EC2NodeClass").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| **k == "NodePool").count(), 3);
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["result"] == "accepted (server dry run)")
+    );
+}
