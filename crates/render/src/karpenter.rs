@@ -33,17 +33,9 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
         },
         "controller": { "env": env },
         // Karpenter must never run on nodes it manages: pin it to Kubean's infra workers.
+        // The chart's default affinity (no karpenter.sh/nodepool, spread by host) stays.
         "nodeSelector": { INFRA_ROLE_LABEL: "" },
         "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{
-                        "matchExpressions": [{ "key": "karpenter.sh/nodepool", "operator": "DoesNotExist" }]
-                    }]
-                }
-            }
-        },
     })
 }
 

@@ -96,6 +96,15 @@ impl Bundle {
 /// `spec.caBundle` from a file, base64 or kubeconfig).
 pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderError> {
     let ca = ClusterCa::from_pem(ca_pem)?;
+    if let Some(pinned) = &cluster.spec.join.ca_cert_hash
+        && *pinned != ca.cert_hash
+    {
+        // The seed's "CA certificate hash is incorrect": every node would refuse to join.
+        return Err(RenderError::Ca(format!(
+            "spec.join.caCertHash {pinned} does not match the CA bundle ({}); kubeadm join would refuse the cluster",
+            ca.cert_hash
+        )));
+    }
     let mut bundle = Bundle::default();
     kubean::render(cluster, &mut bundle)?;
     cloud::render(cluster, &mut bundle)?;

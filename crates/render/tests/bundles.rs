@@ -181,3 +181,22 @@ fn ssm_mode_userdata_never_contains_a_token_and_static_mode_does() {
         }
     }
 }
+
+#[test]
+fn a_pinned_ca_hash_that_does_not_match_the_bundle_is_refused() {
+    let (_, mut cluster) = all_specs()
+        .into_iter()
+        .find(|(n, _)| n == "static-minimal")
+        .unwrap();
+    cluster.spec.join.ca_cert_hash = Some(format!("sha256:{}", "0".repeat(64)));
+    let err = render(&cluster, &ca_pem(&cluster)).unwrap_err().to_string();
+    assert!(err.contains("does not match the CA bundle"), "{err}");
+    assert!(
+        err.contains("sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e"),
+        "{err}"
+    );
+    // The right hash renders.
+    cluster.spec.join.ca_cert_hash =
+        Some("sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e".into());
+    assert!(render(&cluster, &ca_pem(&cluster)).is_ok());
+}
