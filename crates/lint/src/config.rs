@@ -1,0 +1,185 @@
+//! Turning rules off: a config file (`disable: [KK007]`) and inline comments.
+//!
+//! Inline, `# kubean-karpenter-lint: disable=KK007,KK008` silences those codes for a finding
+//! on the same line or the line after, and for every finding of an object whose first line is
+//! that line or the next. `# kubean-karpenter-lint: disable-file=KK007` in the comment block
+//! at the top of a file silences the codes for the whole file. `all` stands for every code.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kk_model::yaml::{LoadLimits, load_documents};
+use serde_json::Value;
+
+use crate::diagnostic::Diagnostic;
+use crate::registry;
+
+/// The file looked up in the working directory and its parents when `--config` is not given.
+pub const CONFIG_FILE_NAME: &str = ".kubean-karpenter-lint.yaml";
+
+/// The comment marker of inline suppressions.
+pub const DIRECTIVE: &str = "kubean-karpenter-lint:";
+
+/// Run-wide settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Codes of rules that do not run.
+    pub disable: BTreeSet<String>,
+}
+
+impl Config {
+    /// Reads a config file. Unknown keys and codes are errors: a typo must not silently
+    /// leave a rule on.
+    pub fn parse(text: &str, file: &str) -> Result<Self, String> {
+        let limits = LoadLimits {
+            max_bytes: 1024 * 1024,
+            max_depth: 16,
+            max_nodes: 10_000,
+        };
+        let docs = load_documents(text, limits).map_err(|e| format!("{file}:{e}"))?;
+        let mut config = Config::default();
+        let Some(doc) = docs.first() else {
+            return Ok(config);
+        };
+        let Value::Object(map) = &doc.value else {
+            return Err(format!("{file}:{}: expected a mapping", doc.start));
+        };
+        for (key, value) in map {
+            let pos = doc.key_pos(&kk_model::FieldPath::root().key(key));
+            match key.as_str() {
+                "disable" => {
+                    let Some(items) = value.as_array() else {
+                        return Err(format!(
+                            "{file}:{pos}: disable must be a list of rule codes"
+                        ));
+                    };
+                    for item in items {
+                        let code = item.as_str().unwrap_or_default();
+                        let Some(rule) = registry::find(code) else {
+                            return Err(format!(
+                                "{file}:{pos}: unknown rule {item} in disable (see lint --list-rules)"
+                            ));
+                        };
+                        config.disable.insert(rule.code().to_owned());
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "{file}:{pos}: unknown key {other:?} (supported: disable)"
+                    ));
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn is_enabled(&self, code: &str) -> bool {
+        !self.disable.contains(code)
+    }
+}
+
+/// The inline suppressions of one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Directives {
+    /// Codes disabled for the whole file (`all` included as is).
+    pub file: BTreeSet<String>,
+    /// Codes disabled by a comment on each line.
+    pub lines: BTreeMap<usize, BTreeSet<String>>,
+}
+
+impl Directives {
+    pub fn parse(text: &str) -> Self {
+        let mut directives = Directives::default();
+        let mut in_header = true;
+        for (i, line) in text.lines().enumerate() {
+            let trimmed = line.trim();
+            let is_comment = trimmed.starts_with('#');
+            if !(trimmed.is_empty() || is_comment || trimmed == "---") {
+                in_header = false;
+            }
+            let Some(at) = line.find('#') else { continue };
+            // Every `#` on the line, so `key: value # kubean-karpenter-lint: ...` works too.
+            for comment in line[at..].split('#').skip(1) {
+                let Some(rest) = comment.trim_start().strip_prefix(DIRECTIVE) else {
+                    continue;
+                };
+                for word in rest.split_whitespace() {
+                    if let Some(codes) = word.strip_prefix("disable-file=") {
+                        if in_header && is_comment {
+                            directives.file.extend(split_codes(codes));
+                        }
+                    } else if let Some(codes) = word.strip_prefix("disable=") {
+                        directives
+                            .lines
+                            .entry(i + 1)
+                            .or_default()
+                            .extend(split_codes(codes));
+                    }
+                }
+            }
+        }
+        directives
+    }
+
+    fn line_disables(&self, line: usize, code: &str) -> bool {
+        self.lines
+            .get(&line)
+            .is_some_and(|codes| codes.contains(code) || codes.contains("all"))
+    }
+
+    /// Whether `diagnostic` (of an object starting at `object_line`) is silenced here.
+    pub fn suppresses(&self, diagnostic: &Diagnostic, object_line: usize) -> bool {
+        let code = diagnostic.code;
+        if self.file.contains(code) || self.file.contains("all") {
+            return true;
+        }
+        let line = diagnostic.pos.line;
+        [
+            line,
+            line.saturating_sub(1),
+            object_line,
+            object_line.saturating_sub(1),
+        ]
+        .into_iter()
+        .filter(|l| *l > 0)
+        .any(|l| self.line_disables(l, code))
+    }
+}
+
+fn split_codes(codes: &str) -> impl Iterator<Item = String> + '_ {
+    codes
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            if c.eq_ignore_ascii_case("all") {
+                "all".to_owned()
+            } else {
+                c.to_ascii_uppercase()
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_on_lines_and_file() {
+        let d = Directives::parse(
+            "# kubean-karpenter-lint: disable-file=KK017\n---\nkind: X # kubean-karpenter-lint: disable=kk007,KK008\n# kubean-karpenter-lint: disable-file=KK002\n",
+        );
+        assert_eq!(d.file, BTreeSet::from(["KK017".to_owned()]));
+        assert_eq!(
+            d.lines[&3],
+            BTreeSet::from(["KK007".to_owned(), "KK008".to_owned()])
+        );
+    }
+
+    #[test]
+    fn config_refuses_unknown_codes_and_keys() {
+        assert!(Config::parse("disable: [KK999]\n", "c").is_err());
+        assert!(Config::parse("disabled: [KK007]\n", "c").is_err());
+        let config = Config::parse("disable: [kk007]\n", "c").unwrap();
+        assert!(!config.is_enabled("KK007"));
+    }
+}

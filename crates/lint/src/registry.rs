@@ -1,0 +1,95 @@
+//! The list of rules. Adding a rule: write `src/rules/<area>/<rule>.rs` (a `pub const DOC`, a
+//! `pub const META` and a unit struct implementing [`Rule`]), declare it in its area's
+//! `mod.rs`, add one line to [`RULES`], and add `fixtures/lint/<CODE>/{fail,pass}.yaml`.
+//!
+//! Codes follow the numbering of issue #4 (KK000 CRD schema, then rule N of the issue is
+//! KK0NN), so parallel work never picks the same code. Planned codes and areas:
+//!
+//! | Code  | Area      | Rule                                                               |
+//! |-------|-----------|--------------------------------------------------------------------|
+//! | KK000 | crd       | crd-schema (done)                                                  |
+//! | KK001 | values    | karpenter-controller-placement (done)                              |
+//! | KK002 | gpu       | gpu-pool-untainted (done)                                          |
+//! | KK003 | gpu       | device-plugin-mismatch (done)                                      |
+//! | KK004 | nodepool  | pool-without-limits (done)                                         |
+//! | KK005 | gpu       | gpu-limit-ignores-sharing (done)                                   |
+//! | KK006 | gpu       | gpu-pool-disruption (done)                                         |
+//! | KK007 | nodeclass | ami-alias-latest (done)                                            |
+//! | KK008 | userdata  | imdsv1-userdata (done)                                             |
+//! | KK009 | userdata  | literal-secret (done)                                              |
+//! | KK010 | userdata  | custom-ami-registration (done)                                     |
+//! | KK011 | cluster   | external-cloud-provider-without-ccm (done)                         |
+//! | KK012 | nodeclass | kubelet-pod-density (done)                                         |
+//! | KK013 | nodepool  | spot-too-few-instance-types (done)                                 |
+//! | KK014 | nodeclass | ebs-root-volume (done)                                             |
+//! | KK015 | values    | values-control-plane (done)                                        |
+//! | KK016 | nodepool  | unsatisfiable-requirements (done)                                  |
+//! | KK017 | nodepool  | missing-nodeclass (done)                                           |
+//! | KK018 | workload  | gpu-workload-tolerations (done)                                    |
+//! | KK019 | kubean    | kubespray-join-vars (done)                                         |
+//! | KK020 | userdata  | malformed-join-credentials (done)                                  |
+
+use crate::context::Context;
+use crate::diagnostic::{Diagnostic, Severity};
+use crate::rules;
+
+/// What a rule is, for `--list-rules`, `--explain`, docs and SARIF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleMeta {
+    /// `KK007`: `KK` and three digits, never reused.
+    pub code: &'static str,
+    /// Kebab-case, `ami-alias-latest`.
+    pub name: &'static str,
+    /// Severity of its findings unless a finding says otherwise.
+    pub severity: Severity,
+    /// One sentence, no trailing period: the title of its docs page.
+    pub summary: &'static str,
+    /// Markdown with the sections `## What`, `## Why`, `## Example`, `## Fix`, in that order.
+    pub doc: &'static str,
+}
+
+/// One check over the whole set of objects (rules see every object, so cross-object checks are
+/// ordinary rules).
+pub trait Rule: Sync {
+    fn meta(&self) -> &'static RuleMeta;
+
+    /// Appends findings. Must not panic on any input: objects may be half-valid.
+    fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>);
+
+    fn code(&self) -> &'static str {
+        self.meta().code
+    }
+}
+
+/// Every rule, by code.
+pub static RULES: &[&dyn Rule] = &[
+    &rules::crd::schema::CrdSchema,
+    &rules::gpu::untainted_pool::GpuPoolUntainted,
+    &rules::gpu::device_plugin::DevicePluginMismatch,
+    &rules::nodeclass::ami_alias_latest::AmiAliasLatest,
+    &rules::userdata::imdsv1::ImdsV1UserData,
+    &rules::userdata::literal_secret::LiteralSecret,
+    &rules::userdata::registration::CustomAmiRegistration,
+    &rules::cluster::missing_ccm::ExternalCloudProviderWithoutCcm,
+    &rules::nodeclass::kubelet_density::KubeletPodDensity,
+    &rules::values::control_plane::ValuesControlPlane,
+    &rules::userdata::join_credentials::MalformedJoinCredentials,
+    &rules::nodepool::missing_nodeclass::MissingNodeClass,
+    &rules::values::controller_placement::ControllerPlacement,
+    &rules::nodepool::limits::PoolWithoutLimits,
+    &rules::gpu::sharing_limit::GpuLimitIgnoresSharing,
+    &rules::gpu::disruption::GpuPoolDisruption,
+    &rules::nodepool::spot_flexibility::SpotTooFewInstanceTypes,
+    &rules::nodeclass::ebs_root_volume::EbsRootVolume,
+    &rules::nodepool::unsatisfiable_requirements::UnsatisfiableRequirements,
+    &rules::workload::gpu_tolerations::GpuWorkloadTolerations,
+    &rules::kubean::kubespray_vars::KubesprayJoinVars,
+];
+
+/// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).
+pub fn find(code_or_name: &str) -> Option<&'static dyn Rule> {
+    RULES
+        .iter()
+        .copied()
+        .find(|r| r.meta().code.eq_ignore_ascii_case(code_or_name) || r.meta().name == code_or_name)
+}

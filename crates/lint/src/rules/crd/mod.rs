@@ -1,0 +1,3 @@
+//! Validation against the Karpenter and Kubean CRDs (schema and CEL rules).
+
+pub mod schema;

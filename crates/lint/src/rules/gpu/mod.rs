@@ -1,0 +1,6 @@
+//! GPU pools and what must run on them.
+
+pub mod device_plugin;
+pub mod disruption;
+pub mod sharing_limit;
+pub mod untainted_pool;

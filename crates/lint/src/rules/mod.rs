@@ -1,0 +1,12 @@
+//! One rule per file, grouped by area. Each file holds `DOC` (What / Why / Example / Fix),
+//! `META` and the rule struct; `registry::RULES` lists them.
+
+pub mod cluster;
+pub mod crd;
+pub mod gpu;
+pub mod kubean;
+pub mod nodeclass;
+pub mod nodepool;
+pub mod userdata;
+pub mod values;
+pub mod workload;

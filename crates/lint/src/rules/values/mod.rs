@@ -1,0 +1,4 @@
+//! Karpenter Helm values, and how they fit the cluster.
+
+pub mod control_plane;
+pub mod controller_placement;

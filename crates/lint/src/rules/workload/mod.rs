@@ -1,0 +1,3 @@
+//! Workloads (pod templates) against the pools that must run them.
+
+pub mod gpu_tolerations;
