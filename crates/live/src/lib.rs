@@ -4,9 +4,13 @@
 //! Everything else in the workspace is pure; this crate and the CLI do the I/O.
 
 pub mod apply;
+pub mod cahash;
 pub mod client;
+pub mod controller;
+pub mod store;
 #[doc(hidden)]
 pub mod testbed;
+pub mod token;
 
 pub use apply::{Applied, ApplyError, ApplyOptions, Refusal, apply_all};
 pub use client::{ClientOptions, make_client};

@@ -12,6 +12,7 @@ mod kubean;
 pub mod names;
 mod order;
 mod pools;
+mod rotator;
 pub mod userdata;
 mod verify;
 
@@ -113,6 +114,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     gpu::render(cluster, &mut bundle)?;
     iam::render(cluster, &mut bundle)?;
     verify::render(cluster, &rendered_pools, &mut bundle)?;
+    rotator::render(cluster, &ca, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)
 }

@@ -9,9 +9,10 @@ use crate::ca::ClusterCa;
 use crate::{Bundle, names};
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 6] = [
+const APPLY_ORDER: [&str; 7] = [
     "kubean/",
     "cloud/",
+    "rotator/",
     "gpu/",
     "nodeclasses/",
     "nodepools/",
@@ -76,8 +77,8 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let step4 = match spec.join.mode {
         JoinMode::Static => "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create it before it is needed: `kubeadm token create` with a TTL that outlives the pool.".to_owned(),
-        JoinMode::Ssm => format!("Publish the join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) to the SSM SecureString `{}`; the CA hash is `{}`.", names::join_store(spec, name), ca.cert_hash),
-        JoinMode::SecretsManager => format!("Publish the join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) to the Secrets Manager secret `{}`; the CA hash is `{}`.", names::join_store(spec, name), ca.cert_hash),
+        JoinMode::Ssm => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
+        JoinMode::SecretsManager => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
     };
     let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
     let _ = writeln!(

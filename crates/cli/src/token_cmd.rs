@@ -1,0 +1,538 @@
+//! `token create|list|revoke`, `ca-hash` and `controller`: bootstrap tokens, the CA hash
+//! `kubeadm join` pins, and the in-cluster rotator that keeps the join store valid.
+//!
+//! A token's secret half is printed only with `--show-secret`; errors never carry it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kk_live::ClientOptions;
+use kk_live::cahash::{self, Connected};
+use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
+use kk_live::store::{self, JoinStore, StoreKind};
+use kk_live::token::{self, NewToken, Timestamp, TokenInfo, format_duration, parse_duration};
+use serde_json::json;
+
+use crate::Failure;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    context: Option<String>,
+}
+
+impl KubeArgs {
+    fn options(&self) -> ClientOptions {
+        ClientOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+        }
+    }
+}
+
+/// Where the join configuration is published: from a spec, from flags, or both (flags win).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct StoreArgs {
+    /// ElasticCluster spec: gives the cluster name, join mode and store name, API server,
+    /// AWS region and CA.
+    #[arg(long)]
+    spec: Option<String>,
+    /// Cluster name (labels our token Secrets, tags the store).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Store kind.
+    #[arg(long, value_parser = ["ssm", "secrets-manager"])]
+    store: Option<String>,
+    /// SSM parameter or Secrets Manager secret name (default: /kubean-karpenter/<cluster>/join
+    /// for ssm, kubean-karpenter/<cluster>/join for secrets-manager).
+    #[arg(long)]
+    store_name: Option<String>,
+    /// API server endpoint nodes join, host:port (published as KK_API_SERVER_ENDPOINT).
+    #[arg(long)]
+    api_server: Option<String>,
+    /// AWS region (default: the spec's, else AWS_REGION and the SDK's region chain).
+    #[arg(long)]
+    region: Option<String>,
+    /// CA hash to publish (default: from the spec's CA bundle, else the kubeconfig's CA).
+    #[arg(long)]
+    ca_cert_hash: Option<String>,
+}
+
+impl StoreArgs {
+    fn is_empty(&self) -> bool {
+        self.spec.is_none()
+            && self.cluster.is_none()
+            && self.store.is_none()
+            && self.store_name.is_none()
+            && self.api_server.is_none()
+    }
+}
+
+/// A resolved store target.
+#[derive(Debug, Clone)]
+struct Target {
+    cluster: String,
+    kind: StoreKind,
+    name: String,
+    endpoint: String,
+    region: Option<String>,
+    ca_cert_hash: Option<String>,
+}
+
+impl Target {
+    fn ca_hash(&self, connected: &Connected) -> Result<String, Failure> {
+        match (&self.ca_cert_hash, &connected.ca_cert_hash) {
+            (Some(h), _) => Ok(h.clone()),
+            (None, Ok(h)) => Ok(h.clone()),
+            (None, Err(e)) => Err(Failure(format!(
+                "no CA hash to publish: {e}; pass --ca-cert-hash or --spec"
+            ))),
+        }
+    }
+
+    async fn open(&self) -> Result<JoinStore, Failure> {
+        let sdk = store::aws_config(self.region.clone(), None).await?;
+        Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk))
+    }
+}
+
+/// The store from `--spec` and flags. `publish`: everything a publication needs (endpoint,
+/// CA hash) is required; otherwise only the store itself, and `None` when there is none.
+fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Failure> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let (mut cluster, mut spec_kind, mut name, mut endpoint, mut region, mut hash) =
+        (None, None, None, None, None, None);
+    if let Some(spec) = &args.spec {
+        let (loaded, base) = crate::load_spec(spec)?;
+        let c = &loaded.spec;
+        cluster = Some(c.metadata.name.clone());
+        spec_kind = StoreKind::from_join_mode(c.spec.join.mode);
+        if spec_kind.is_some() {
+            name = Some(kk_render::names::join_store(&c.spec, &c.metadata.name));
+        }
+        endpoint = Some(format!(
+            "{}:{}",
+            c.spec.api_server.dns_name, c.spec.api_server.port
+        ));
+        region = Some(c.spec.aws.region.clone());
+        if publish && args.ca_cert_hash.is_none() {
+            let pem = crate::files::resolve_ca(&loaded, &base)?;
+            hash = Some(
+                kk_render::ClusterCa::from_pem(&pem)
+                    .map_err(|e| Failure(format!("{spec}: {e}")))?
+                    .cert_hash,
+            );
+        }
+    }
+    let cluster = args
+        .cluster
+        .clone()
+        .or(cluster)
+        .ok_or_else(|| Failure("name the cluster: --cluster or --spec".into()))?;
+    let kind = match &args.store {
+        Some(s) => s.parse::<StoreKind>().map_err(Failure)?,
+        None if !publish && spec_kind.is_none() => return Ok(None),
+        None => spec_kind.ok_or_else(|| {
+            Failure(if args.spec.is_some() {
+                "the spec's join.mode is static: there is no store to publish to (pass --store to name one)".into()
+            } else {
+                "name the store kind: --store ssm|secrets-manager, or --spec".into()
+            })
+        })?,
+    };
+    let name = args
+        .store_name
+        .clone()
+        .or(name.filter(|_| spec_kind == Some(kind)))
+        .unwrap_or_else(|| kind.default_name(&cluster));
+    let endpoint = match args.api_server.clone().or(endpoint) {
+        Some(e) => {
+            store::validate_endpoint(&e).map_err(|e| Failure(format!("--api-server {e}")))?;
+            e
+        }
+        // Only reading the store: no endpoint needed.
+        None if !publish => String::new(),
+        None => {
+            return Err(Failure(
+                "name the API server nodes join: --api-server host:port, or --spec".into(),
+            ));
+        }
+    };
+    let ca_cert_hash = args.ca_cert_hash.clone().or(hash);
+    if let Some(h) = &ca_cert_hash
+        && !store::is_ca_cert_hash(h)
+    {
+        return Err(Failure(format!(
+            "--ca-cert-hash {h:?}: expected sha256:<64 lowercase hex digits>"
+        )));
+    }
+    Ok(Some(Target {
+        cluster,
+        kind,
+        name,
+        endpoint,
+        region: args.region.clone().or(region),
+        ca_cert_hash,
+    }))
+}
+
+/// Writes to standard output; a closed pipe (`| head`) is not an error.
+fn print_out(text: &str) -> Result<ExitCode, Failure> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Create a bootstrap token Secret exactly as kubeadm does (labelled as ours); with
+    /// --publish, also write it to the join store (and delete it again if that fails).
+    Create {
+        #[command(flatten)]
+        kube: KubeArgs,
+        /// Lifetime, e.g. 24h, 90m, 2d.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Free text stored in the Secret's description.
+        #[arg(long)]
+        description: Option<String>,
+        /// Print the whole token (<id>.<secret>) on standard output; otherwise only its ID.
+        #[arg(long)]
+        show_secret: bool,
+        /// Publish the token to the join store (SSM or Secrets Manager).
+        #[arg(long)]
+        publish: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// List bootstrap tokens: ID, expiry, usages, description, and whether they are ours.
+    /// Never prints secrets.
+    List {
+        #[command(flatten)]
+        kube: KubeArgs,
+        /// text or json.
+        #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
+        output: String,
+    },
+    /// Delete a bootstrap token. With store options, refuses to delete the token the store
+    /// publishes (nodes would fail to join): publish a new one first.
+    Revoke {
+        #[command(flatten)]
+        kube: KubeArgs,
+        /// The token ID (the part before the dot).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
+    match command {
+        TokenCommand::Create {
+            kube,
+            ttl,
+            description,
+            show_secret,
+            publish,
+            store,
+        } => create(&kube, ttl, description, show_secret, publish, &store),
+        TokenCommand::List { kube, output } => list(&kube, &output),
+        TokenCommand::Revoke { kube, id, store } => revoke(&kube, &id, &store),
+    }
+}
+
+fn create(
+    kube: &KubeArgs,
+    ttl: Duration,
+    description: Option<String>,
+    show_secret: bool,
+    publish: bool,
+    store_args: &StoreArgs,
+) -> Result<ExitCode, Failure> {
+    token::expiration_after(Timestamp::now(), ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
+    let target = if publish {
+        Some(resolve_target(store_args, true)?.ok_or_else(|| {
+            Failure(
+                "--publish needs a store: --spec FILE, or --cluster, --store and --api-server"
+                    .into(),
+            )
+        })?)
+    } else {
+        None
+    };
+    // Without --publish, --cluster (or the spec's name) only labels the Secret.
+    let cluster = match &target {
+        Some(t) => Some(t.cluster.clone()),
+        None => match (&store_args.cluster, &store_args.spec) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Some(spec)) => Some(crate::load_spec(spec)?.0.spec.metadata.name),
+            (None, None) => None,
+        },
+    };
+    let new = NewToken {
+        ttl,
+        description,
+        cluster,
+    };
+    let (token, info, published) = runtime()?.block_on(async {
+        let connected = cahash::connect(&kube.options(), false).await?;
+        match &target {
+            Some(target) => {
+                let ca = target.ca_hash(&connected)?;
+                let store = target.open().await?;
+                let p = store::create_and_publish(
+                    &connected.client,
+                    &store,
+                    &new,
+                    &target.endpoint,
+                    &ca,
+                    Timestamp::now(),
+                )
+                .await?;
+                Ok::<_, Failure>((p.token, p.info, Some(store.describe())))
+            }
+            None => {
+                let (token, info) =
+                    token::create(&connected.client, &new, Timestamp::now()).await?;
+                Ok((token, info, None))
+            }
+        }
+    })?;
+    let expiration = info.expiration.map(token::rfc3339).unwrap_or_default();
+    eprintln!(
+        "created bootstrap token {} in {} (expires {expiration})",
+        token.id(),
+        token::NAMESPACE
+    );
+    if let Some(store) = published {
+        eprintln!("published to {store}");
+    }
+    if show_secret {
+        print_out(&format!("{}\n", token.expose()))
+    } else {
+        print_out(&format!("{}\n", token.id()))
+    }
+}
+
+fn remaining(info: &TokenInfo, now: Timestamp) -> String {
+    match info.expiration {
+        None => "never".into(),
+        Some(e) if e <= now => "expired".into(),
+        Some(e) => Duration::try_from(e.duration_since(now))
+            .map(format_duration)
+            .unwrap_or_default(),
+    }
+}
+
+fn list(kube: &KubeArgs, output: &str) -> Result<ExitCode, Failure> {
+    let tokens = runtime()?.block_on(async {
+        let connected = cahash::connect(&kube.options(), false).await?;
+        Ok::<_, Failure>(token::list(&connected.client).await?)
+    })?;
+    let now = Timestamp::now();
+    if output == "json" {
+        let items: Vec<_> = tokens
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "expiration": t.expiration.map(token::rfc3339),
+                    "expired": t.is_expired(now),
+                    "usages": t.usages,
+                    "extraGroups": t.extra_groups,
+                    "description": t.description,
+                    "ours": t.managed,
+                    "cluster": t.cluster,
+                })
+            })
+            .collect();
+        return print_out(&format!("{}\n", serde_json::to_string_pretty(&items)?));
+    }
+    let mut text = format!(
+        "{:<8} {:<22} {:<10} {:<24} {:<5} DESCRIPTION\n",
+        "ID", "EXPIRES", "TTL", "USAGES", "OURS"
+    );
+    for t in &tokens {
+        text.push_str(&format!(
+            "{:<8} {:<22} {:<10} {:<24} {:<5} {}\n",
+            t.id,
+            t.expiration
+                .map(token::rfc3339)
+                .unwrap_or_else(|| "<never>".into()),
+            remaining(t, now),
+            t.usages.join(","),
+            if t.managed { "yes" } else { "no" },
+            t.description.as_deref().unwrap_or("")
+        ));
+    }
+    print_out(&text)
+}
+
+fn revoke(kube: &KubeArgs, id: &str, store_args: &StoreArgs) -> Result<ExitCode, Failure> {
+    token::validate_id(id)?;
+    let target = resolve_target(store_args, false)?;
+    let info = runtime()?.block_on(async {
+        let connected = cahash::connect(&kube.options(), false).await?;
+        if let Some(target) = &target {
+            let store = target.open().await?;
+            if let Some(stored) = store.read().await?
+                && stored.token.id() == id
+            {
+                return Err(Failure(format!(
+                    "token {id} is the one {} publishes; nodes would fail to join. Publish a new one first (token create --publish), then revoke {id}",
+                    store.describe()
+                )));
+            }
+        }
+        Ok::<_, Failure>(token::revoke(&connected.client, id).await?)
+    })?;
+    eprintln!(
+        "revoked bootstrap token {}{}",
+        info.id,
+        if info.managed {
+            ""
+        } else {
+            " (not created by kubean-karpenter)"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CaHashArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+    /// Hash this PEM file's first certificate instead of the kubeconfig's CA.
+    #[arg(long, conflicts_with_all = ["from_cluster", "kubeconfig", "context"])]
+    pem: Option<PathBuf>,
+    /// Read the CA from the cluster: the kube-root-ca.crt ConfigMap's ca.crt.
+    #[arg(long)]
+    from_cluster: bool,
+    /// Namespace of the kube-root-ca.crt ConfigMap (every namespace has one).
+    #[arg(long, default_value = "kube-system", requires = "from_cluster")]
+    namespace: String,
+}
+
+pub fn ca_hash(args: CaHashArgs) -> Result<ExitCode, Failure> {
+    let hash = match &args.pem {
+        Some(path) => cahash::from_pem_file(path)?,
+        None if args.from_cluster => runtime()?.block_on(async {
+            let connected = cahash::connect(&args.kube.options(), false).await?;
+            Ok::<_, Failure>(cahash::from_cluster(&connected.client, &args.namespace).await?)
+        })?,
+        None => runtime()?.block_on(cahash::from_kubeconfig(&args.kube.options()))?,
+    };
+    print_out(&format!("{hash}\n"))
+}
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{text} must be between 0 and 1 (exclusive)"))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Lifetime of each token.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Replace a token once this fraction of its lifetime has passed.
+    #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
+    rotate_at: f64,
+    /// How often the leader checks the store and the token.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    tick: Duration,
+    /// How soon to try again after a failure.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    retry: Duration,
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    #[arg(long, default_value = "kubean-karpenter-rotator")]
+    lease_name: String,
+    /// Lease duration: renewed every third of it; a follower takes over once it lapses.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// Holder identity (default: $POD_NAME or the host name, plus a random suffix).
+    #[arg(long)]
+    identity: Option<String>,
+    /// Address for /metrics, /healthz and /readyz; "off" serves none.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: String,
+    /// Log format on standard error.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    let target = resolve_target(&args.store, true)?.ok_or_else(|| {
+        Failure(
+            "the controller needs a store: --spec FILE, or --cluster, --store and --api-server"
+                .into(),
+        )
+    })?;
+    let metrics_addr: Option<SocketAddr> = match args.metrics_addr.as_str() {
+        "off" | "" => None,
+        a => Some(
+            a.parse()
+                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
+        ),
+    };
+    kk_live::controller::init_logging(args.log_format == "json");
+    runtime()?.block_on(async {
+        let connected = cahash::connect(&args.kube.options(), true).await?;
+        let config = ControllerConfig {
+            cluster: target.cluster.clone(),
+            api_server_endpoint: target.endpoint.clone(),
+            ca_cert_hash: target.ca_hash(&connected)?,
+            ttl: args.ttl,
+            rotate_at: args.rotate_at,
+            tick: args.tick,
+            retry: args.retry,
+            lease: LeaseConfig {
+                namespace: args.lease_namespace.clone(),
+                name: args.lease_name.clone(),
+                identity: args
+                    .identity
+                    .clone()
+                    .unwrap_or_else(kk_live::controller::default_identity),
+                duration: args.lease_duration,
+            },
+        };
+        let store = target.open().await?;
+        let mut controller = Controller::new(connected.client, store, config)?;
+        if let Some(addr) = metrics_addr {
+            let bound = controller.bind(addr).await?;
+            eprintln!("serving /metrics, /healthz and /readyz on {bound}");
+        }
+        controller.run(kk_live::controller::shutdown_signal()).await;
+        Ok::<_, Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,207 @@
+//! `/metrics` (Prometheus text format), `/healthz` and `/readyz`.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use jiff::Timestamp;
+
+use super::leader::Leadership;
+
+const UNKNOWN: i64 = i64::MIN;
+
+/// Counters and gauges of one replica.
+#[derive(Debug)]
+pub struct Metrics {
+    rotations: AtomicU64,
+    errors: AtomicU64,
+    deleted: AtomicU64,
+    /// Unix seconds of the stored token's expiration; `UNKNOWN` before the first read.
+    expiry: AtomicI64,
+    leadership: Arc<Leadership>,
+    /// When the control loops last went round (liveness).
+    heartbeat: Mutex<Instant>,
+    /// When the apiserver last answered a lease request (readiness).
+    apiserver_ok: Mutex<Option<Instant>>,
+    /// Liveness fails when the loops have not gone round for this long.
+    stall_after: Duration,
+    /// Readiness fails when the apiserver has not answered for this long.
+    unready_after: Duration,
+}
+
+impl Metrics {
+    pub(crate) fn new(
+        leadership: Arc<Leadership>,
+        stall_after: Duration,
+        unready_after: Duration,
+    ) -> Self {
+        Self {
+            rotations: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            deleted: AtomicU64::new(0),
+            expiry: AtomicI64::new(UNKNOWN),
+            leadership,
+            heartbeat: Mutex::new(Instant::now()),
+            apiserver_ok: Mutex::new(None),
+            stall_after,
+            unready_after,
+        }
+    }
+
+    /// Tokens this replica created and published.
+    pub fn rotations(&self) -> u64 {
+        self.rotations.load(Ordering::Relaxed)
+    }
+
+    /// Failed reconciles, store reads and lease requests.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Expired tokens of ours this replica deleted.
+    pub fn deleted(&self) -> u64 {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
+    /// Whether this replica holds the lease now.
+    pub fn is_leader(&self) -> bool {
+        self.leadership.is_leading()
+    }
+
+    /// When the stored token expires, as last read.
+    pub fn stored_expiration(&self) -> Option<Timestamp> {
+        match self.expiry.load(Ordering::Relaxed) {
+            UNKNOWN => None,
+            s => Timestamp::from_second(s).ok(),
+        }
+    }
+
+    pub(crate) fn rotated(&self) {
+        self.rotations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn deleted_one(&self) {
+        self.deleted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_expiration(&self, expiration: Option<Timestamp>) {
+        self.expiry.store(
+            expiration.map_or(UNKNOWN, |t| t.as_second()),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub(crate) fn beat(&self) {
+        if let Ok(mut h) = self.heartbeat.lock() {
+            *h = Instant::now();
+        }
+    }
+
+    pub(crate) fn apiserver_answered(&self) {
+        if let Ok(mut a) = self.apiserver_ok.lock() {
+            *a = Some(Instant::now());
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.heartbeat
+            .lock()
+            .map(|h| h.elapsed() < self.stall_after)
+            .unwrap_or(false)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.apiserver_ok
+            .lock()
+            .map(|a| a.is_some_and(|t| t.elapsed() < self.unready_after))
+            .unwrap_or(false)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, now: Timestamp) -> String {
+        let expiry = match self.stored_expiration() {
+            Some(t) => format!("{}", t.duration_since(now).as_secs_f64()),
+            None => "NaN".to_owned(),
+        };
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        };
+        metric(
+            "kubean_karpenter_join_token_expiry_seconds",
+            "gauge",
+            "Seconds until the bootstrap token in the join store expires (negative once expired, NaN before the store was read).",
+            expiry,
+        );
+        metric(
+            "kubean_karpenter_join_token_rotations_total",
+            "counter",
+            "Bootstrap tokens this replica created and published to the join store.",
+            self.rotations().to_string(),
+        );
+        metric(
+            "kubean_karpenter_expired_tokens_deleted_total",
+            "counter",
+            "Expired bootstrap tokens of ours this replica deleted.",
+            self.deleted().to_string(),
+        );
+        metric(
+            "kubean_karpenter_errors_total",
+            "counter",
+            "Failed reconciles, join-store reads and lease requests.",
+            self.errors().to_string(),
+        );
+        metric(
+            "kubean_karpenter_is_leader",
+            "gauge",
+            "1 while this replica holds the lease and rotates tokens.",
+            u8::from(self.is_leader()).to_string(),
+        );
+        out
+    }
+}
+
+async fn metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        m.render(Timestamp::now()),
+    )
+}
+
+async fn healthz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    if m.is_live() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "control loop stalled\n")
+    }
+}
+
+async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+    if m.is_ready() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the apiserver has not answered lately\n",
+        )
+    }
+}
+
+pub(crate) fn router(m: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(m)
+}

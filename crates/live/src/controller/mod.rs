@@ -1,0 +1,361 @@
+//! The in-cluster join-token rotator (`kubean-karpenter controller`).
+//!
+//! Keeps a valid bootstrap token in the join store at all times. On start and every tick
+//! the leader reads the store; when it holds nothing, a token the cluster does not know, an
+//! expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret,
+//! publishes it, and only then deletes its cluster's expired tokens (by label; never anyone
+//! else's, never the stored one). Two or more replicas elect a leader through a Lease.
+//! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
+
+mod leader;
+mod metrics;
+mod rotate;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::watch;
+
+pub use leader::{Leadership, LeaseConfig};
+pub use metrics::Metrics;
+pub use rotate::{Reason, assess, rotation_point};
+
+use crate::store::{JoinStore, PublishError, StoreError};
+use crate::token::{TokenError, format_duration};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error(transparent)]
+    Publish(Box<PublishError>),
+    #[error("no longer the leader; leaving the rest to the new one")]
+    NotLeader,
+    #[error("reconcile timed out after {0}")]
+    Timeout(String),
+    #[error("invalid controller configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<PublishError> for ControllerError {
+    fn from(e: PublishError) -> Self {
+        ControllerError::Publish(Box::new(e))
+    }
+}
+
+/// Everything the rotator needs besides its clients.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Cluster name: labels our token Secrets and tags the store.
+    pub cluster: String,
+    /// `host:port` nodes join (published as KK_API_SERVER_ENDPOINT).
+    pub api_server_endpoint: String,
+    /// `sha256:<hex>` (published as KK_CA_CERT_HASH).
+    pub ca_cert_hash: String,
+    /// Lifetime of each new token.
+    pub ttl: Duration,
+    /// Fraction of a token's lifetime after which it is replaced (0 < rotate_at < 1).
+    pub rotate_at: f64,
+    /// How often the leader checks the store when all is well.
+    pub tick: Duration,
+    /// How soon it tries again after a failure.
+    pub retry: Duration,
+    pub lease: LeaseConfig,
+}
+
+impl ControllerConfig {
+    /// Refuses settings under which the store could hold an expired token.
+    pub fn validate(&self) -> Result<(), ControllerError> {
+        let bad = |m: String| Err(ControllerError::Config(m));
+        if !(self.rotate_at > 0.0 && self.rotate_at < 1.0) {
+            return bad(format!(
+                "--rotate-at {} must be between 0 and 1 (exclusive)",
+                self.rotate_at
+            ));
+        }
+        if self.ttl < Duration::from_secs(2) {
+            return bad("--ttl must be at least 2s".into());
+        }
+        if self.tick.is_zero() || self.retry.is_zero() {
+            return bad("--tick and --retry must be positive".into());
+        }
+        let margin = self.ttl.mul_f64(1.0 - self.rotate_at);
+        if margin <= self.tick {
+            return bad(format!(
+                "a token would expire {} after its rotation point, within one --tick ({}): lower --rotate-at or --tick, or raise --ttl",
+                format_duration(margin),
+                format_duration(self.tick)
+            ));
+        }
+        if self.lease.duration < Duration::from_secs(3) {
+            return bad("--lease-duration must be at least 3s".into());
+        }
+        if self.lease.identity.is_empty() {
+            return bad("empty --identity".into());
+        }
+        crate::store::validate_endpoint(&self.api_server_endpoint)
+            .map_err(ControllerError::Config)?;
+        if !crate::store::is_ca_cert_hash(&self.ca_cert_hash) {
+            return bad("the CA cert hash is not sha256:<64 hex digits>".into());
+        }
+        Ok(())
+    }
+}
+
+/// A holder identity: `$POD_NAME`, else the host name, plus a random suffix (two processes
+/// on one host must not share an identity).
+pub fn default_identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "kubean-karpenter".into());
+    let suffix = crate::token::BootstrapToken::generate()
+        .map(|t| t.id().to_owned())
+        .unwrap_or_default();
+    format!("{base}_{suffix}")
+}
+
+/// Client settings for a long-running controller: requests that hang are cut short.
+pub fn tune_client_config(config: &mut kube::Config) {
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(15));
+    config.write_timeout = Some(Duration::from_secs(15));
+    config.reset_reader_on_write = true;
+}
+
+/// Structured logs on standard error: text or JSON, level from `RUST_LOG` (default info).
+pub fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn,kube=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().with_current_span(false).try_init()
+    } else {
+        builder.with_ansi(false).try_init()
+    };
+}
+
+/// The rotator: build it, optionally bind its HTTP endpoints, then `run` it.
+pub struct Controller {
+    client: Client,
+    store: JoinStore,
+    config: ControllerConfig,
+    leadership: Arc<Leadership>,
+    metrics: Arc<Metrics>,
+    listener: Option<tokio::net::TcpListener>,
+}
+
+impl Controller {
+    pub fn new(
+        client: Client,
+        store: JoinStore,
+        config: ControllerConfig,
+    ) -> Result<Self, ControllerError> {
+        config.validate()?;
+        let leadership = Arc::new(Leadership::default());
+        let stall_after = (config.tick.max(config.retry) * 3)
+            .max(config.lease.duration * 2)
+            .max(Duration::from_secs(60))
+            + Duration::from_secs(90);
+        let metrics = Arc::new(Metrics::new(
+            leadership.clone(),
+            stall_after,
+            config.lease.duration * 2,
+        ));
+        Ok(Self {
+            client,
+            store,
+            config,
+            leadership,
+            metrics,
+            listener: None,
+        })
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Listens for `/metrics`, `/healthz`, `/readyz`; returns the bound address (port 0 works).
+    pub async fn bind(&mut self, addr: SocketAddr) -> Result<SocketAddr, ControllerError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ControllerError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ControllerError::Bind { addr, source })?;
+        self.listener = Some(listener);
+        Ok(local)
+    }
+
+    /// Runs until `shutdown` completes, then finishes the current step, releases the lease
+    /// and returns. Everything runs inside this one future: dropping or aborting it stops
+    /// the whole controller (what a crash looks like to the other replicas).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Controller {
+            client,
+            store,
+            config,
+            leadership,
+            metrics,
+            listener,
+        } = self;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (done_tx, done_rx) = watch::channel(false);
+        let margin = config.ttl.mul_f64(1.0 - config.rotate_at);
+        if margin <= config.lease.duration + config.tick {
+            tracing::warn!(
+                margin = %format_duration(margin),
+                "a token outlives its rotation point by less than a lease duration plus a tick: \
+                 during a leader change the store may briefly hold an expired token"
+            );
+        }
+        tracing::info!(
+            cluster = %config.cluster,
+            store = %store.describe(),
+            identity = %config.lease.identity,
+            lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
+            ttl = %format_duration(config.ttl),
+            rotate_at = config.rotate_at,
+            "join-token rotator starting"
+        );
+        let elector = leader::run(
+            client.clone(),
+            config.lease.clone(),
+            &leadership,
+            &metrics,
+            stop_rx.clone(),
+            done_rx,
+        );
+        let reconciler = async {
+            reconcile_loop(
+                &client,
+                &store,
+                &config,
+                &leadership,
+                &metrics,
+                stop_rx.clone(),
+            )
+            .await;
+            let _ = done_tx.send(true);
+        };
+        let server = async {
+            if let Some(listener) = listener {
+                let mut stop = stop_rx.clone();
+                let serve = axum::serve(listener, metrics::router(metrics.clone()))
+                    .with_graceful_shutdown(async move {
+                        while !*stop.borrow() {
+                            if stop.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "the metrics server stopped");
+                }
+            }
+        };
+        let trigger = async {
+            shutdown.await;
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        };
+        tokio::join!(elector, reconciler, server, trigger);
+        tracing::info!("stopped");
+    }
+}
+
+async fn reconcile_loop(
+    client: &Client,
+    store: &JoinStore,
+    config: &ControllerConfig,
+    leadership: &Leadership,
+    metrics: &Metrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    // A step never takes longer than this (kube and AWS calls have their own timeouts).
+    let step_timeout = Duration::from_secs(90);
+    while !*stop.borrow() {
+        metrics.beat();
+        let leading = leadership.is_leading();
+        let outcome = if leading {
+            match tokio::time::timeout(
+                step_timeout,
+                rotate::reconcile(client, store, config, leadership, metrics),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(ControllerError::Timeout(format_duration(step_timeout))),
+            }
+        } else {
+            match tokio::time::timeout(step_timeout, rotate::observe(store, metrics)).await {
+                Ok(r) => r.map(|_| ()).map_err(ControllerError::from),
+                Err(_) => Err(ControllerError::Timeout(format_duration(step_timeout))),
+            }
+        };
+        let wait = match outcome {
+            Ok(()) => config.tick,
+            Err(ControllerError::NotLeader) => config.tick,
+            Err(e) => {
+                metrics.error();
+                tracing::error!(
+                    error = %e,
+                    leader = leading,
+                    retry_in = %format_duration(config.retry),
+                    "reconcile failed"
+                );
+                config.retry
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = leadership.acquired.notified() => {}
+            _ = stop.changed() => {}
+        }
+    }
+}
+
+/// Completes on SIGTERM (what the kubelet sends) or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

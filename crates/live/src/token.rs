@@ -1,0 +1,642 @@
+//! kubeadm bootstrap tokens: Secrets `kube-system/bootstrap-token-<id>` exactly as
+//! `kubeadm token create` writes them, plus our labels so that we only ever delete our own.
+//!
+//! A token is `<id>.<secret>` (`[a-z0-9]{6}.[a-z0-9]{16}`), drawn from the OS CSPRNG. The
+//! secret half never appears in `Debug`, `Display` or error text: only [`BootstrapToken::expose`]
+//! returns it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+pub use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+
+/// Where kubeadm and the bootstrap authenticator look for token Secrets.
+pub const NAMESPACE: &str = "kube-system";
+/// The Secret type the bootstrap authenticator reads.
+pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
+/// Name prefix of a token Secret; the rest is the token ID.
+pub const SECRET_PREFIX: &str = "bootstrap-token-";
+/// The group kubeadm's RBAC lets join nodes (CSR creation, auto-approval, cluster-info).
+pub const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// Every token Secret we create carries this label (the rotator deletes only these).
+pub const MANAGED_BY: (&str, &str) = kk_render::names::MANAGED_BY;
+/// The cluster a managed token was made for (scopes the rotator's clean-up).
+pub const CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
+
+const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read random bytes from the operating system: {0}")]
+    Random(String),
+    /// Deliberately says nothing about the value: it may hold a secret.
+    #[error("malformed bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}})")]
+    Malformed,
+    #[error("invalid token ID {0:?} (expected 6 characters of [a-z0-9])")]
+    BadId(String),
+    #[error("invalid TTL: {0}")]
+    BadTtl(String),
+    #[error("bootstrap token {0} not found in {NAMESPACE}")]
+    NotFound(String),
+    #[error(
+        "Secret {NAMESPACE}/{SECRET_PREFIX}{0} is not a bootstrap token (type {1:?}); not touching it"
+    )]
+    NotAToken(String, String),
+    /// The apiserver answered with an error status (403: RBAC denied, 409: exists, ...).
+    #[error("{action}: the apiserver refused ({code} {reason}): {message}")]
+    Refused {
+        action: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("{action}: cannot reach the apiserver: {detail}")]
+    Unreachable { action: String, detail: String },
+}
+
+impl TokenError {
+    /// From a kube error, naming what we were doing.
+    pub fn from_kube(action: impl Into<String>, e: kube::Error) -> Self {
+        let action = action.into();
+        match e {
+            kube::Error::Api(status) => TokenError::Refused {
+                action,
+                code: status.code,
+                reason: status.reason.clone(),
+                message: status.message.clone(),
+            },
+            other => TokenError::Unreachable {
+                action,
+                detail: error_chain(&other),
+            },
+        }
+    }
+
+    /// True when the apiserver said no (as opposed to not answering).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, TokenError::Refused { .. })
+    }
+}
+
+/// `e: cause: cause` in one line (kube and hyper errors hide the useful part in sources).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// A bootstrap token. `Debug` and `Display` show only the ID.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    id: String,
+    secret: String,
+}
+
+impl fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BootstrapToken({}.<redacted>)", self.id)
+    }
+}
+
+impl fmt::Display for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.<redacted>", self.id)
+    }
+}
+
+fn is_token_chars(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// Checks a token ID (`[a-z0-9]{6}`).
+pub fn validate_id(id: &str) -> Result<(), TokenError> {
+    if is_token_chars(id, 6) {
+        Ok(())
+    } else {
+        Err(TokenError::BadId(id.chars().take(40).collect()))
+    }
+}
+
+/// `n` characters of `[a-z0-9]`, uniformly, from the OS CSPRNG (rejection sampling: bytes
+/// of 252 and above would bias the first four letters, so they are drawn again).
+fn random_chars(n: usize) -> Result<String, TokenError> {
+    let mut out = String::with_capacity(n);
+    let mut buf = [0u8; 64];
+    while out.len() < n {
+        getrandom::fill(&mut buf).map_err(|e| TokenError::Random(e.to_string()))?;
+        for &b in &buf {
+            if out.len() == n {
+                break;
+            }
+            if b < 252 {
+                out.push(ALPHABET[usize::from(b % 36)] as char);
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl BootstrapToken {
+    /// A fresh random token.
+    pub fn generate() -> Result<Self, TokenError> {
+        Ok(Self {
+            id: random_chars(6)?,
+            secret: random_chars(16)?,
+        })
+    }
+
+    /// Parses `<id>.<secret>`; the error never echoes the input.
+    pub fn parse(text: &str) -> Result<Self, TokenError> {
+        let (id, secret) = text.trim().split_once('.').ok_or(TokenError::Malformed)?;
+        if is_token_chars(id, 6) && is_token_chars(secret, 16) {
+            Ok(Self {
+                id: id.to_owned(),
+                secret: secret.to_owned(),
+            })
+        } else {
+            Err(TokenError::Malformed)
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The full `<id>.<secret>`: what `kubeadm join --token` takes. Handle with care.
+    pub fn expose(&self) -> String {
+        format!("{}.{}", self.id, self.secret)
+    }
+
+    /// True when `secret` is this token's secret half (the Secret in the cluster matches).
+    pub fn secret_matches(&self, secret: &str) -> bool {
+        // Not constant-time: both sides are ours, nothing here is an oracle for an attacker.
+        self.secret == secret
+    }
+
+    pub fn secret_name(&self) -> String {
+        secret_name(&self.id)
+    }
+}
+
+pub fn secret_name(id: &str) -> String {
+    format!("{SECRET_PREFIX}{id}")
+}
+
+/// What we want a new token to be.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub ttl: Duration,
+    pub description: Option<String>,
+    /// The cluster name, recorded in a label (the rotator cleans up only its cluster's tokens).
+    pub cluster: Option<String>,
+}
+
+/// A token Secret as found in the cluster, without its secret half.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub id: String,
+    pub expiration: Option<Timestamp>,
+    /// `authentication`, `signing`: the `usage-bootstrap-*` keys set to "true".
+    pub usages: Vec<String>,
+    pub extra_groups: Vec<String>,
+    pub description: Option<String>,
+    /// Carries our managed-by label.
+    pub managed: bool,
+    /// Our cluster label, when set.
+    pub cluster: Option<String>,
+    pub created: Option<Timestamp>,
+    pub uid: Option<String>,
+}
+
+impl TokenInfo {
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.expiration.is_some_and(|e| e <= now)
+    }
+
+    /// Usable for joining: not expired and allowed to authenticate.
+    pub fn can_authenticate(&self, now: Timestamp) -> bool {
+        !self.is_expired(now) && self.usages.iter().any(|u| u == "authentication")
+    }
+}
+
+fn data_str(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+}
+
+/// The public facts of a token Secret (`None` when it is not a well-formed token Secret).
+pub fn info_from_secret(secret: &Secret) -> Option<TokenInfo> {
+    if secret.type_.as_deref() != Some(SECRET_TYPE) {
+        return None;
+    }
+    let name = secret.metadata.name.as_deref()?;
+    let id = data_str(secret, "token-id")
+        .or_else(|| name.strip_prefix(SECRET_PREFIX).map(str::to_owned))?;
+    let mut usages = Vec::new();
+    if let Some(data) = &secret.data {
+        for (key, value) in data {
+            if let Some(usage) = key.strip_prefix("usage-bootstrap-")
+                && value.0 == b"true"
+            {
+                usages.push(usage.to_owned());
+            }
+        }
+    }
+    let labels = secret.metadata.labels.clone().unwrap_or_default();
+    Some(TokenInfo {
+        id,
+        expiration: data_str(secret, "expiration").and_then(|e| e.parse().ok()),
+        usages,
+        extra_groups: data_str(secret, "auth-extra-groups")
+            .map(|g| {
+                g.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        description: data_str(secret, "description"),
+        managed: labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1),
+        cluster: labels.get(CLUSTER_LABEL).cloned(),
+        created: secret.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        uid: secret.metadata.uid.clone(),
+    })
+}
+
+/// RFC 3339 in UTC, seconds precision (what kubeadm writes).
+pub fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The Secret kubeadm would write for `token`, expiring at `expiration`, with our labels.
+pub fn token_secret(token: &BootstrapToken, expiration: Timestamp, new: &NewToken) -> Secret {
+    let mut data = BTreeMap::new();
+    data.insert("token-id".to_owned(), token.id.clone());
+    data.insert("token-secret".to_owned(), token.secret.clone());
+    data.insert("expiration".to_owned(), rfc3339(expiration));
+    data.insert(
+        "usage-bootstrap-authentication".to_owned(),
+        "true".to_owned(),
+    );
+    data.insert("usage-bootstrap-signing".to_owned(), "true".to_owned());
+    data.insert(
+        "auth-extra-groups".to_owned(),
+        NODE_BOOTSTRAP_GROUP.to_owned(),
+    );
+    if let Some(d) = new.description.as_deref().filter(|d| !d.is_empty()) {
+        data.insert("description".to_owned(), d.to_owned());
+    }
+    let mut labels = BTreeMap::new();
+    labels.insert(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
+    if let Some(cluster) = &new.cluster {
+        labels.insert(CLUSTER_LABEL.to_owned(), cluster.clone());
+    }
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(token.secret_name()),
+            namespace: Some(NAMESPACE.to_owned()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        type_: Some(SECRET_TYPE.to_owned()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, k8s_openapi::ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+fn api(client: &Client) -> Api<Secret> {
+    Api::namespaced(client.clone(), NAMESPACE)
+}
+
+/// `now + ttl`, refusing a TTL that is zero or absurdly long.
+pub fn expiration_after(now: Timestamp, ttl: Duration) -> Result<Timestamp, TokenError> {
+    if ttl < Duration::from_secs(1) {
+        return Err(TokenError::BadTtl("must be at least 1s".into()));
+    }
+    let span =
+        jiff::SignedDuration::try_from(ttl).map_err(|_| TokenError::BadTtl("too long".into()))?;
+    // Round up to whole seconds: the Secret's expiration has seconds precision.
+    let exp = now
+        .checked_add(span)
+        .map_err(|_| TokenError::BadTtl("too long".into()))?;
+    let secs = exp.as_second() + i64::from(exp.subsec_nanosecond() > 0);
+    Timestamp::from_second(secs).map_err(|_| TokenError::BadTtl("too long".into()))
+}
+
+/// Creates a new token Secret. On an ID collision (1 in 2 billion) it draws again.
+pub async fn create(
+    client: &Client,
+    new: &NewToken,
+    now: Timestamp,
+) -> Result<(BootstrapToken, TokenInfo), TokenError> {
+    let expiration = expiration_after(now, new.ttl)?;
+    let api = api(client);
+    for _ in 0..3 {
+        let token = BootstrapToken::generate()?;
+        let body = token_secret(&token, expiration, new);
+        match api.create(&PostParams::default(), &body).await {
+            Ok(created) => {
+                let info = info_from_secret(&created).ok_or_else(|| TokenError::Refused {
+                    action: format!("create Secret {NAMESPACE}/{}", token.secret_name()),
+                    code: 0,
+                    reason: "Unexpected".into(),
+                    message: "the apiserver returned something that is not a token Secret".into(),
+                })?;
+                return Ok((token, info));
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => {
+                return Err(TokenError::from_kube(
+                    format!("create Secret {NAMESPACE}/{}", token.secret_name()),
+                    e,
+                ));
+            }
+        }
+    }
+    Err(TokenError::Refused {
+        action: "create a bootstrap token".into(),
+        code: 409,
+        reason: "AlreadyExists".into(),
+        message: "three random token IDs in a row already existed".into(),
+    })
+}
+
+/// Every bootstrap-token Secret, ours and others', sorted by ID.
+pub async fn list(client: &Client) -> Result<Vec<TokenInfo>, TokenError> {
+    let params = ListParams::default().fields(&format!("type={SECRET_TYPE}"));
+    let secrets = api(client)
+        .list(&params)
+        .await
+        .map_err(|e| TokenError::from_kube(format!("list Secrets in {NAMESPACE}"), e))?;
+    let mut out: Vec<TokenInfo> = secrets.items.iter().filter_map(info_from_secret).collect();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// Our tokens for one cluster (label selector), sorted by ID.
+pub async fn list_managed(client: &Client, cluster: &str) -> Result<Vec<TokenInfo>, TokenError> {
+    let params = ListParams::default()
+        .fields(&format!("type={SECRET_TYPE}"))
+        .labels(&format!(
+            "{}={},{CLUSTER_LABEL}={cluster}",
+            MANAGED_BY.0, MANAGED_BY.1
+        ));
+    let secrets = api(client)
+        .list(&params)
+        .await
+        .map_err(|e| TokenError::from_kube(format!("list our Secrets in {NAMESPACE}"), e))?;
+    let mut out: Vec<TokenInfo> = secrets
+        .items
+        .iter()
+        .filter_map(info_from_secret)
+        // Belt and braces: the selector already says so.
+        .filter(|t| t.managed && t.cluster.as_deref() == Some(cluster))
+        .collect();
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// One token Secret as stored: its public facts and whether `token` is its secret.
+pub async fn lookup(
+    client: &Client,
+    token: &BootstrapToken,
+) -> Result<Option<(TokenInfo, bool)>, TokenError> {
+    let name = token.secret_name();
+    let secret = api(client)
+        .get_opt(&name)
+        .await
+        .map_err(|e| TokenError::from_kube(format!("get Secret {NAMESPACE}/{name}"), e))?;
+    Ok(secret.and_then(|s| {
+        let info = info_from_secret(&s)?;
+        let matches = data_str(&s, "token-secret").is_some_and(|v| token.secret_matches(&v))
+            && info.id == token.id;
+        Some((info, matches))
+    }))
+}
+
+/// Deletes the token Secret `id` (only if it is a bootstrap token; pinned to its UID so a
+/// Secret recreated meanwhile under the same name is not deleted).
+pub async fn revoke(client: &Client, id: &str) -> Result<TokenInfo, TokenError> {
+    validate_id(id)?;
+    let name = secret_name(id);
+    let api = api(client);
+    let secret = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| TokenError::from_kube(format!("get Secret {NAMESPACE}/{name}"), e))?
+        .ok_or_else(|| TokenError::NotFound(id.to_owned()))?;
+    let info = info_from_secret(&secret).ok_or_else(|| {
+        TokenError::NotAToken(id.to_owned(), secret.type_.clone().unwrap_or_default())
+    })?;
+    delete_exact(client, &info).await?;
+    Ok(info)
+}
+
+/// Deletes exactly the Secret `info` describes (UID precondition). Not found is fine.
+pub async fn delete_exact(client: &Client, info: &TokenInfo) -> Result<(), TokenError> {
+    let name = secret_name(&info.id);
+    let params = DeleteParams {
+        preconditions: info.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api(client).delete(&name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(TokenError::from_kube(
+            format!("delete Secret {NAMESPACE}/{name}"),
+            e,
+        )),
+    }
+}
+
+/// Parses `24h`, `6s`, `1h30m`, `90m`, `500ms`, `7d` (Go/kubeadm style, plus `d`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("{text:?}: expected a number (e.g. 24h, 10m, 6s)"));
+        }
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+        let (unit, tail) = tail.split_at(unit_len);
+        let n: u64 = number
+            .parse()
+            .map_err(|_| format!("{text:?}: number too large"))?;
+        let part = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            "d" => Duration::from_secs(n.saturating_mul(86_400)),
+            "" => return Err(format!("{text:?}: missing unit (ms, s, m, h or d)")),
+            other => return Err(format!("{text:?}: unknown unit {other:?}")),
+        };
+        total = total.saturating_add(part);
+        rest = tail;
+    }
+    Ok(total)
+}
+
+/// `1h2m3s` style, for messages.
+pub fn format_duration(d: Duration) -> String {
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_have_the_kubeadm_format_and_differ() {
+        let a = BootstrapToken::generate().unwrap();
+        let b = BootstrapToken::generate().unwrap();
+        assert_ne!(a.expose(), b.expose());
+        for t in [&a, &b] {
+            let text = t.expose();
+            let (id, secret) = text.split_once('.').unwrap();
+            assert!(
+                is_token_chars(id, 6) && is_token_chars(secret, 16),
+                "{text}"
+            );
+            assert_eq!(BootstrapToken::parse(&text).unwrap(), *t);
+        }
+    }
+
+    #[test]
+    fn the_secret_never_shows_in_debug_or_display() {
+        let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        for text in [format!("{t:?}"), format!("{t}")] {
+            assert!(text.contains("abcdef"));
+            assert!(!text.contains("0123456789abcdef"), "{text}");
+        }
+    }
+
+    #[test]
+    fn malformed_tokens_are_refused_without_echo() {
+        for bad in [
+            "",
+            "abcdef",
+            "ABCDEF.0123456789abcdef",
+            "abcde.0123456789abcdef",
+            "abcdef.0123456789abcde",
+            "abcdef.0123456789abcdef0",
+            "abcdef_0123456789abcdef",
+            "abcdéf.0123456789abcdef",
+        ] {
+            let e = BootstrapToken::parse(bad).unwrap_err();
+            assert!(bad.is_empty() || !e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn random_chars_cover_the_alphabet_roughly_uniformly() {
+        let s = random_chars(36 * 400).unwrap();
+        let mut counts = [0usize; 36];
+        for b in s.bytes() {
+            counts[ALPHABET.iter().position(|&a| a == b).unwrap()] += 1;
+        }
+        // Expected 400 each; a biased generator (b % 36 without rejection) still passes
+        // this, so it only guards against gross mistakes such as a missing character.
+        assert!(counts.iter().all(|&c| c > 250 && c < 550), "{counts:?}");
+    }
+
+    #[test]
+    fn the_secret_has_exactly_kubeadms_keys() {
+        let t = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        let exp: Timestamp = "2030-01-02T03:04:05Z".parse().unwrap();
+        let s = token_secret(
+            &t,
+            exp,
+            &NewToken {
+                ttl: Duration::from_secs(60),
+                description: Some("hello".into()),
+                cluster: Some("demo".into()),
+            },
+        );
+        assert_eq!(s.metadata.name.as_deref(), Some("bootstrap-token-abcdef"));
+        assert_eq!(s.type_.as_deref(), Some(SECRET_TYPE));
+        let data = s.data.as_ref().unwrap();
+        let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "auth-extra-groups",
+                "description",
+                "expiration",
+                "token-id",
+                "token-secret",
+                "usage-bootstrap-authentication",
+                "usage-bootstrap-signing"
+            ]
+        );
+        assert_eq!(data["expiration"].0, b"2030-01-02T03:04:05Z");
+        let info = info_from_secret(&s).unwrap();
+        assert!(info.managed);
+        assert_eq!(info.cluster.as_deref(), Some("demo"));
+        assert_eq!(info.usages, ["authentication", "signing"]);
+        assert_eq!(info.extra_groups, [NODE_BOOTSTRAP_GROUP]);
+    }
+
+    #[test]
+    fn durations_parse_like_kubeadm() {
+        assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("6s").unwrap(), Duration::from_secs(6));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
+        for bad in ["", "h", "10", "10x", "-1s", "1.5h"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+    }
+
+    #[test]
+    fn expiration_rounds_up_to_whole_seconds() {
+        let now: Timestamp = "2030-01-01T00:00:00.5Z".parse().unwrap();
+        let exp = expiration_after(now, Duration::from_secs(6)).unwrap();
+        assert_eq!(rfc3339(exp), "2030-01-01T00:00:07Z");
+        assert!(expiration_after(now, Duration::ZERO).is_err());
+    }
+}

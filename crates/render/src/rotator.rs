@@ -1,0 +1,225 @@
+//! `rotator/` and `iam/rotator-policy.json`: the in-cluster join-token rotator
+//! (`kubean-karpenter controller`) for the `ssm` and `secrets-manager` join modes.
+//!
+//! It keeps a valid kubeadm bootstrap token in the join store the userData reads, so
+//! nodes can always join and rotation never touches an EC2NodeClass (no drift). Two
+//! replicas on the infra workers in Karpenter's namespace, leader-elected through a Lease in
+//! kube-system; RBAC only in kube-system (token Secrets and that Lease); IAM write access to
+//! the one store.
+
+use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
+use serde_json::{Value, json};
+
+use crate::ca::ClusterCa;
+use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::{Bundle, RenderError};
+
+pub const NAME: &str = "kubean-karpenter-rotator";
+/// The image; the tag is this tool's version. Build it from this repository (docs/join-credentials.md).
+pub const IMAGE_REPOSITORY: &str = "ghcr.io/kubean-karpenter/kubean-karpenter";
+/// With `karpenter.credentials.source: staticSecret`, the rotator's own AWS keys.
+pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
+const LEASE_NAMESPACE: &str = "kube-system";
+const METRICS_PORT: u16 = 8080;
+
+fn image() -> String {
+    format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn store_flag(mode: JoinMode) -> Option<&'static str> {
+    match mode {
+        JoinMode::Static => None,
+        JoinMode::Ssm => Some("ssm"),
+        JoinMode::SecretsManager => Some("secrets-manager"),
+    }
+}
+
+fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value> {
+    let spec = &cluster.spec;
+    let name = &cluster.metadata.name;
+    let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": NAME });
+    let selector = json!({ "app.kubernetes.io/name": NAME });
+    let store_name = names::join_store(spec, name);
+    let args = vec![
+        "controller".to_owned(),
+        format!("--cluster={name}"),
+        format!("--store={store}"),
+        format!("--store-name={store_name}"),
+        format!(
+            "--api-server={}:{}",
+            spec.api_server.dns_name, spec.api_server.port
+        ),
+        format!("--region={}", spec.aws.region),
+        format!("--ca-cert-hash={}", ca.cert_hash),
+        "--ttl=24h".to_owned(),
+        "--rotate-at=0.5".to_owned(),
+        "--tick=1m".to_owned(),
+        "--retry=10s".to_owned(),
+        format!("--lease-namespace={LEASE_NAMESPACE}"),
+        format!("--lease-name={NAME}"),
+        "--lease-duration=15s".to_owned(),
+        format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
+        "--log-format=json".to_owned(),
+    ];
+    let mut env = vec![
+        json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }),
+        json!({ "name": "AWS_REGION", "value": spec.aws.region }),
+    ];
+    if spec.karpenter.credentials.source == CredentialSource::StaticSecret {
+        // The rotator's own keys, limited to iam/rotator-policy.json; never Karpenter's.
+        for key in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+            env.push(json!({
+                "name": key,
+                "valueFrom": { "secretKeyRef": { "name": CREDENTIALS_SECRET, "key": key } }
+            }));
+        }
+    }
+    let probe = |path: &str, period: u32| {
+        json!({
+            "httpGet": { "path": path, "port": "http" },
+            "periodSeconds": period,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        })
+    };
+    // Karpenter's namespace (step 5's Helm install creates it; it is not ours to own).
+    let namespace = &spec.karpenter.namespace;
+    let subject = json!([{ "kind": "ServiceAccount", "name": NAME, "namespace": namespace }]);
+    vec![
+        json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": { "name": NAME, "namespace": namespace, "labels": labels },
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
+            "rules": [
+                // Bootstrap-token Secrets have random names, so no resourceNames here; the
+                // rotator deletes only Secrets that carry its labels.
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete", "get", "list"] },
+                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
+                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [NAME], "verbs": ["get", "update"] },
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME },
+            "subjects": subject,
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": NAME, "namespace": namespace, "labels": labels },
+            "spec": {
+                // Two replicas, one leader: a node loss costs at most one lease duration.
+                "replicas": 2,
+                "selector": { "matchLabels": selector },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": {
+                        "serviceAccountName": NAME,
+                        "priorityClassName": "system-cluster-critical",
+                        // Never on nodes Karpenter manages: they need the token to exist.
+                        "nodeSelector": { INFRA_ROLE_LABEL: "" },
+                        "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "preferredDuringSchedulingIgnoredDuringExecution": [{
+                                    "weight": 100,
+                                    "podAffinityTerm": {
+                                        "topologyKey": "kubernetes.io/hostname",
+                                        "labelSelector": { "matchLabels": selector },
+                                    },
+                                }],
+                            },
+                        },
+                        "terminationGracePeriodSeconds": 30,
+                        "securityContext": {
+                            "runAsNonRoot": true,
+                            "runAsUser": 65532,
+                            "runAsGroup": 65532,
+                            "seccompProfile": { "type": "RuntimeDefault" },
+                        },
+                        "containers": [{
+                            "name": "rotator",
+                            "image": image(),
+                            "args": args,
+                            "env": env,
+                            "ports": [{ "name": "http", "containerPort": METRICS_PORT }],
+                            "livenessProbe": probe("/healthz", 20),
+                            "readinessProbe": probe("/readyz", 10),
+                            "resources": {
+                                "requests": { "cpu": "10m", "memory": "32Mi" },
+                                "limits": { "memory": "128Mi" },
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": false,
+                                "readOnlyRootFilesystem": true,
+                                "capabilities": { "drop": ["ALL"] },
+                            },
+                        }],
+                    },
+                },
+            },
+        }),
+    ]
+}
+
+/// Write access to exactly the join store, nothing else.
+fn policy(cluster: &ElasticCluster) -> Option<Value> {
+    let spec = &cluster.spec;
+    let aws = &spec.aws;
+    let store = names::join_store(spec, &cluster.metadata.name);
+    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let (actions, resource) = match spec.join.mode {
+        JoinMode::Static => return None,
+        JoinMode::Ssm => (
+            json!([
+                "ssm:GetParameter",
+                "ssm:PutParameter",
+                "ssm:AddTagsToResource"
+            ]),
+            format!(
+                "arn:{p}:ssm:{r}:{acct}:parameter/{}",
+                store.trim_start_matches('/')
+            ),
+        ),
+        // Secrets Manager appends six random characters to a secret's ARN.
+        JoinMode::SecretsManager => (
+            json!([
+                "secretsmanager:GetSecretValue",
+                "secretsmanager:PutSecretValue",
+                "secretsmanager:CreateSecret",
+                "secretsmanager:TagResource"
+            ]),
+            format!("arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"),
+        ),
+    };
+    Some(json!({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "WriteJoinConfiguration",
+            "Effect": "Allow",
+            "Action": actions,
+            "Resource": resource,
+        }]
+    }))
+}
+
+pub fn render(
+    cluster: &ElasticCluster,
+    ca: &ClusterCa,
+    bundle: &mut Bundle,
+) -> Result<(), RenderError> {
+    let Some(store) = store_flag(cluster.spec.join.mode) else {
+        return Ok(());
+    };
+    bundle.add_yaml(
+        "rotator/join-token-rotator.yaml",
+        &manifests(cluster, ca, store),
+    )?;
+    if let Some(policy) = policy(cluster) {
+        bundle.add_json("iam/rotator-policy.json", &policy)?;
+    }
+    Ok(())
+}
