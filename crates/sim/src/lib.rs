@@ -1,0 +1,35 @@
+//! A simulation of Karpenter v1.14's provisioning scheduler for this project's NodePools: given
+//! NodePools (rendered from a spec or written by hand), workloads and optionally existing nodes,
+//! it tells which NodeClaims Karpenter would create (NodePool, instance-type options, the likely
+//! type, capacity type and zone, the pods on each, $/h) and which pods it would leave Pending,
+//! and why.
+//!
+//! Pure and deterministic: no I/O, no threads; the same input gives the same plan, byte for byte.
+//!
+//! ```no_run
+//! use kk_sim::{LoadOptions, SourceFile, load, solve};
+//! let pools = [SourceFile::new("pools.yaml", std::fs::read_to_string("pools.yaml").unwrap())];
+//! let work = [SourceFile::new("app.yaml", std::fs::read_to_string("app.yaml").unwrap())];
+//! let input = load(&pools, &work, &[], &LoadOptions::default()).unwrap();
+//! print!("{}", solve(&input).render_table());
+//! ```
+//!
+//! Module map: [`req`] is the requirement algebra; [`topology`] the spread/affinity groups;
+//! [`solver`] the queue, existing nodes, in-flight and new NodeClaims, limits and relaxation;
+//! [`plan`] the launch choice and the output; [`input`] reads manifests.
+
+pub mod gosort;
+pub mod input;
+pub mod labels;
+pub mod model;
+pub mod plan;
+pub mod req;
+pub mod res;
+pub mod scenario;
+pub mod solver;
+pub mod topology;
+
+pub use input::{InputError, LoadOptions, SourceFile, load, load_with_catalog};
+pub use plan::{Explanation, Plan, explain, simulate, solve};
+pub use req::{Operator, Requirement, Requirements};
+pub use solver::{Input, Options};

@@ -1,0 +1,260 @@
+//! The simulator's own view of pods, taints, node pools and nodes: only what scheduling reads.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use kk_catalog::KubeletOverrides;
+
+use crate::req::{Operator, Requirement, Requirements};
+
+/// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Effect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl Effect {
+    pub fn parse(text: &str) -> Result<Effect, String> {
+        match text {
+            "NoSchedule" => Ok(Effect::NoSchedule),
+            "PreferNoSchedule" => Ok(Effect::PreferNoSchedule),
+            "NoExecute" => Ok(Effect::NoExecute),
+            other => Err(format!(
+                "unknown taint effect {other:?} (expected NoSchedule, PreferNoSchedule or NoExecute)"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::NoSchedule => "NoSchedule",
+            Effect::PreferNoSchedule => "PreferNoSchedule",
+            Effect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: Effect,
+}
+
+impl fmt::Display for Taint {
+    /// `key=value:Effect` (`key:Effect` without a value).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{}", self.key, self.effect.as_str())
+        } else {
+            write!(f, "{}={}:{}", self.key, self.value, self.effect.as_str())
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TolerationOp {
+    Equal,
+    Exists,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Toleration {
+    /// Empty with `Exists`: every key.
+    pub key: String,
+    pub operator: TolerationOp,
+    pub value: String,
+    /// `None`: every effect.
+    pub effect: Option<Effect>,
+}
+
+impl Toleration {
+    /// Kubernetes' `Toleration.ToleratesTaint` (including the Gt/Lt numeric operators).
+    pub fn tolerates(&self, taint: &Taint) -> bool {
+        if self.effect.is_some_and(|e| e != taint.effect) {
+            return false;
+        }
+        if !self.key.is_empty() && self.key != taint.key {
+            return false;
+        }
+        match self.operator {
+            TolerationOp::Exists => true,
+            TolerationOp::Equal => self.value == taint.value,
+            TolerationOp::Gt | TolerationOp::Lt => {
+                match (self.value.parse::<i64>(), taint.value.parse::<i64>()) {
+                    (Ok(t), Ok(v)) => {
+                        if self.operator == TolerationOp::Gt {
+                            v > t
+                        } else {
+                            v < t
+                        }
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+}
+
+/// The first taint of `taints` that no toleration tolerates (Karpenter checks every effect,
+/// PreferNoSchedule included; relaxation later adds a toleration for it).
+pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+    taints
+        .iter()
+        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+}
+
+/// A label selector (`matchLabels` + `matchExpressions`). `None` on a term selects nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    /// (key, operator In/NotIn/Exists/DoesNotExist, sorted values).
+    pub match_expressions: Vec<(String, Operator, Vec<String>)>,
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|(k, op, values)| {
+                let v = labels.get(k);
+                match op {
+                    Operator::In => v.is_some_and(|v| values.contains(v)),
+                    Operator::NotIn => v.is_none_or(|v| !values.contains(v)),
+                    Operator::Exists => v.is_some(),
+                    Operator::DoesNotExist => v.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+/// One node selector requirement as written (key, operator, values).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SelectorReq {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+}
+
+impl SelectorReq {
+    pub fn requirement(&self) -> Requirement {
+        // Validated on load; an invalid bound cannot reach here, but stay total.
+        Requirement::new(self.operator, &self.values)
+            .unwrap_or_else(|_| Requirement::does_not_exist())
+    }
+}
+
+/// A node selector term: requirements ANDed together.
+pub type Term = Vec<SelectorReq>;
+
+pub fn term_requirements(term: &[SelectorReq]) -> Requirements {
+    let mut r = Requirements::new();
+    for s in term {
+        r.add(&s.key, s.requirement());
+    }
+    r
+}
+
+/// A pod (anti-)affinity term.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodAffinityTerm {
+    /// `None` selects no pod (the term is a no-op, as upstream).
+    pub selector: Option<LabelSelector>,
+    pub topology_key: String,
+    /// Namespaces the selector applies to; empty = the pod's own.
+    pub namespaces: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Policy {
+    Honor,
+    Ignore,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpreadConstraint {
+    pub max_skew: i32,
+    pub topology_key: String,
+    /// true: DoNotSchedule; false: ScheduleAnyway (a preference).
+    pub required: bool,
+    pub selector: Option<LabelSelector>,
+    pub min_domains: Option<i32>,
+    pub node_affinity_policy: Policy,
+    pub node_taints_policy: Policy,
+    pub match_label_keys: Vec<String>,
+}
+
+/// One pod to place, with everything the scheduler reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    /// `kind/name` of the workload it came from (`deploy/web`), for grouping in output.
+    pub owner: String,
+    pub labels: BTreeMap<String, String>,
+    /// Requests in catalog units (cpu millicores, memory bytes, counts), `pods` excluded.
+    pub requests: BTreeMap<String, i64>,
+    pub tolerations: Vec<Toleration>,
+    pub node_selector: BTreeMap<String, String>,
+    /// `None`: no required node affinity. Terms are ORed.
+    pub required_terms: Option<Vec<Term>>,
+    pub preferred_terms: Vec<(i32, Term)>,
+    pub affinity: Vec<PodAffinityTerm>,
+    pub preferred_affinity: Vec<(i32, PodAffinityTerm)>,
+    pub anti_affinity: Vec<PodAffinityTerm>,
+    pub preferred_anti_affinity: Vec<(i32, PodAffinityTerm)>,
+    pub spread: Vec<SpreadConstraint>,
+    /// `metadata.creationTimestamp` when given (RFC 3339 sorts as text).
+    pub created: Option<String>,
+    /// Host ports the pod binds (`hostPort`, protocol), for conflicts on one node.
+    pub host_ports: Vec<(i32, String)>,
+    /// Why Karpenter would not provision for this pod at all, if it would not.
+    pub invalid: Option<String>,
+}
+
+impl Pod {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A NodePool with its EC2NodeClass settings resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    pub name: String,
+    pub weight: i64,
+    pub node_class: String,
+    /// Requirements from `spec.template.spec.requirements` (with minValues).
+    pub requirements: Requirements,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// `spec.template.spec.startupTaints`: ignored for scheduling, and on existing nodes of
+    /// the pool that are not initialized yet.
+    pub startup_taints: Vec<Taint>,
+    /// `spec.limits` in catalog units; `nodes` is a node count.
+    pub limits: BTreeMap<String, i64>,
+    pub kubelet: KubeletOverrides,
+}
+
+/// A node that already exists (its allocatable is what it advertises, e.g. a time-sliced GPU).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: BTreeMap<String, i64>,
+    pub capacity: BTreeMap<String, i64>,
+}
+
+impl Node {
+    pub fn pool(&self) -> Option<&str> {
+        self.labels.get(crate::labels::NODEPOOL).map(String::as_str)
+    }
+}

@@ -1,0 +1,413 @@
+//! The plan: NodeClaims with their launch choice, pods left on existing nodes, Pending pods
+//! with reasons; as JSON, as a table, and per-pod explanations.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use kk_catalog::resources::format_quantity;
+use serde::Serialize;
+
+use crate::solver::{Input, Outcome, Placement, Scheduler, launch};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedClaim {
+    pub node_pool: String,
+    /// The type the launch would most likely get: the cheapest after the AWS launch filters.
+    pub instance_type: String,
+    /// The NodeClaim's instance-type requirement, cheapest first (at most 600).
+    pub instance_type_options: Vec<String>,
+    pub capacity_type: String,
+    pub zone: String,
+    pub pods: Vec<String>,
+    pub price_per_hour: f64,
+    /// Pod requests plus DaemonSet overhead, as quantities.
+    pub requests: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExistingUse {
+    pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_pool: Option<String>,
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPod {
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    /// New nodes (NodeClaims).
+    pub nodes: usize,
+    pub pods_placed: usize,
+    pub pods_pending: usize,
+    /// Sum of the NodeClaims' prices, US dollars per hour.
+    pub price_per_hour: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub node_claims: Vec<PlannedClaim>,
+    pub existing_nodes: Vec<ExistingUse>,
+    pub pending: Vec<PendingPod>,
+    pub totals: Totals,
+    pub warnings: Vec<String>,
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+fn build(input: &Input, outcome: &Outcome) -> Plan {
+    let catalog = &input.catalog;
+    let mut node_claims = Vec::new();
+    let mut total = 0.0;
+    for claim in &outcome.claims {
+        let kubelet = &input.pools[claim.pool_index].kubelet;
+        let alloc = |ci: usize| {
+            let a = catalog.types()[ci].allocatable(kubelet);
+            a.iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let l = launch(catalog, claim, alloc, &input.options);
+        let (instance_type, capacity_type, zone, price) = match &l {
+            Some(l) => (
+                catalog.types()[l.instance_type].name.clone(),
+                l.capacity_type.as_str().to_owned(),
+                l.zone.clone(),
+                l.price,
+            ),
+            None => (String::new(), String::new(), String::new(), 0.0),
+        };
+        total += price;
+        node_claims.push(PlannedClaim {
+            node_pool: claim.pool.clone(),
+            instance_type,
+            instance_type_options: claim
+                .types
+                .iter()
+                .map(|&ci| catalog.types()[ci].name.clone())
+                .collect(),
+            capacity_type,
+            zone,
+            pods: claim.pods.iter().map(|&p| input.pods[p].key()).collect(),
+            price_per_hour: round(price),
+            requests: claim
+                .requests
+                .iter()
+                .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+                .collect(),
+        });
+    }
+    let existing_nodes: Vec<ExistingUse> = outcome
+        .existing
+        .iter()
+        .filter(|(_, pods)| !pods.is_empty())
+        .map(|(n, pods)| ExistingUse {
+            node: input.nodes[*n].name.clone(),
+            node_pool: input.nodes[*n].pool().map(str::to_owned),
+            pods: pods.iter().map(|&p| input.pods[p].key()).collect(),
+        })
+        .collect();
+    let pending: Vec<PendingPod> = outcome
+        .errors
+        .iter()
+        .map(|(&p, reason)| PendingPod {
+            pod: input.pods[p].key(),
+            reason: reason.clone(),
+        })
+        .collect();
+    let placed = node_claims.iter().map(|c| c.pods.len()).sum::<usize>()
+        + existing_nodes.iter().map(|e| e.pods.len()).sum::<usize>();
+    Plan {
+        totals: Totals {
+            nodes: node_claims.len(),
+            pods_placed: placed,
+            pods_pending: pending.len(),
+            price_per_hour: round(total),
+        },
+        node_claims,
+        existing_nodes,
+        pending,
+        warnings: outcome.warnings.clone(),
+    }
+}
+
+/// Runs the simulation.
+pub fn solve(input: &Input) -> Plan {
+    let outcome = Scheduler::new(input, None).solve();
+    build(input, &outcome)
+}
+
+/// The raw outcome (indices into the input), for tests and tools.
+pub fn simulate(input: &Input) -> Outcome {
+    Scheduler::new(input, None).solve()
+}
+
+/// Why one pod went where it went, or why it stays Pending.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub pod: String,
+    /// `existing node NAME`, `NodeClaim #N (nodepool P, TYPE)` or `Pending`.
+    pub result: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub requests: BTreeMap<String, String>,
+    /// Preferences dropped before the final attempt, in order.
+    pub relaxed: Vec<String>,
+    /// Scheduling passes the pod went through.
+    pub passes: usize,
+    /// The final attempt: each candidate tried and why it did not take the pod.
+    pub attempts: Vec<ExplainedAttempt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainedAttempt {
+    pub target: String,
+    /// `ok` or the reason.
+    pub outcome: String,
+}
+
+/// Explains one pod (`namespace/name`); `Err` when no such pod.
+pub fn explain(input: &Input, pod: &str) -> Result<Explanation, String> {
+    let pid = input
+        .pods
+        .iter()
+        .position(|p| p.key() == pod || (p.namespace == "default" && p.name == pod))
+        .ok_or_else(|| {
+            let mut names: Vec<String> = input.pods.iter().take(5).map(|p| p.key()).collect();
+            if input.pods.len() > 5 {
+                names.push("...".into());
+            }
+            format!(
+                "no pod {pod:?} among the workloads (pods are namespace/name: {})",
+                names.join(", ")
+            )
+        })?;
+    let outcome = Scheduler::new(input, Some(pid)).solve();
+    let plan = build(input, &outcome);
+    let trace = outcome.trace.clone().unwrap_or_default();
+    let result = match outcome.placements[pid] {
+        Some(Placement::Existing(e)) => {
+            format!("existing node {}", input.nodes[outcome.existing[e].0].name)
+        }
+        Some(Placement::Claim(_)) => {
+            let key = input.pods[pid].key();
+            match plan
+                .node_claims
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.pods.contains(&key))
+            {
+                Some((i, c)) => format!(
+                    "NodeClaim #{} (nodepool {}, {} {} in {}, {} options)",
+                    i + 1,
+                    c.node_pool,
+                    c.instance_type,
+                    c.capacity_type,
+                    c.zone,
+                    c.instance_type_options.len()
+                ),
+                None => "Pending".into(),
+            }
+        }
+        None => "Pending".into(),
+    };
+    let p = &input.pods[pid];
+    let mut requests: BTreeMap<String, String> = p
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+        .collect();
+    requests.insert("pods".into(), "1".into());
+    Ok(Explanation {
+        pod: p.key(),
+        result,
+        reason: outcome.errors.get(&pid).cloned(),
+        requests,
+        relaxed: trace.relaxations,
+        passes: trace.passes,
+        attempts: trace
+            .attempts
+            .into_iter()
+            .map(|a| ExplainedAttempt {
+                target: a.target,
+                outcome: match a.outcome {
+                    Ok(()) => "ok".into(),
+                    Err(e) => e,
+                },
+            })
+            .collect(),
+    })
+}
+
+impl Explanation {
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "pod {}", self.pod);
+        let req: Vec<String> = self
+            .requests
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "  requests: {}", req.join(" "));
+        let _ = writeln!(out, "  result:   {}", self.result);
+        if let Some(r) = &self.reason {
+            let _ = writeln!(out, "  reason:   {r}");
+        }
+        let _ = writeln!(out, "  passes:   {}", self.passes);
+        for r in &self.relaxed {
+            let _ = writeln!(out, "  relaxed:  {r}");
+        }
+        // Group repeated outcomes of in-flight claims so thousands of claims stay readable.
+        let mut i = 0;
+        let _ = writeln!(out, "  last attempt:");
+        while i < self.attempts.len() {
+            let a = &self.attempts[i];
+            let mut j = i + 1;
+            if a.target.starts_with("in-flight") {
+                while j < self.attempts.len()
+                    && self.attempts[j].target.starts_with("in-flight")
+                    && self.attempts[j].outcome == a.outcome
+                {
+                    j += 1;
+                }
+            }
+            if j - i > 1 {
+                let _ = writeln!(out, "    {} in-flight NodeClaims: {}", j - i, a.outcome);
+            } else {
+                let _ = writeln!(out, "    {}: {}", a.target, a.outcome);
+            }
+            i = j;
+        }
+        out
+    }
+}
+
+impl Plan {
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self)
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        s.push('\n');
+        s
+    }
+
+    /// The human table: one row per NodeClaim, existing nodes used, Pending pods by reason.
+    pub fn render_table(&self) -> String {
+        let mut out = String::new();
+        let header = [
+            "#",
+            "NODEPOOL",
+            "INSTANCE TYPE",
+            "OPTIONS",
+            "CAPACITY",
+            "ZONE",
+            "PODS",
+            "$/H",
+        ];
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        for (i, c) in self.node_claims.iter().enumerate() {
+            rows.push(vec![
+                (i + 1).to_string(),
+                c.node_pool.clone(),
+                c.instance_type.clone(),
+                c.instance_type_options.len().to_string(),
+                c.capacity_type.clone(),
+                c.zone.clone(),
+                c.pods.len().to_string(),
+                format!("{:.4}", c.price_per_hour),
+            ]);
+        }
+        if rows.is_empty() {
+            out.push_str("No new NodeClaims.\n");
+        } else {
+            let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+            for r in &rows {
+                for (w, c) in widths.iter_mut().zip(r) {
+                    *w = (*w).max(c.len());
+                }
+            }
+            let line = |cells: Vec<String>| {
+                let mut l = String::new();
+                for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+                    if i > 0 {
+                        l.push_str("  ");
+                    }
+                    if i == 0 || i == 3 || i == 6 || i == 7 {
+                        let _ = write!(l, "{c:>w$}");
+                    } else {
+                        let _ = write!(l, "{c:<w$}");
+                    }
+                }
+                l.trim_end().to_owned()
+            };
+            let _ = writeln!(
+                out,
+                "{}",
+                line(header.iter().map(|h| (*h).to_owned()).collect())
+            );
+            for r in rows {
+                let _ = writeln!(out, "{}", line(r));
+            }
+        }
+        for e in &self.existing_nodes {
+            let _ = writeln!(
+                out,
+                "existing node {}{}: {} pod{}",
+                e.node,
+                e.node_pool
+                    .as_ref()
+                    .map(|p| format!(" (nodepool {p})"))
+                    .unwrap_or_default(),
+                e.pods.len(),
+                if e.pods.len() == 1 { "" } else { "s" }
+            );
+        }
+        let _ = writeln!(
+            out,
+            "total: {} new node{}, {} pod{} placed, {} Pending, ${:.4}/h",
+            self.totals.nodes,
+            if self.totals.nodes == 1 { "" } else { "s" },
+            self.totals.pods_placed,
+            if self.totals.pods_placed == 1 {
+                ""
+            } else {
+                "s"
+            },
+            self.totals.pods_pending,
+            self.totals.price_per_hour
+        );
+        if !self.pending.is_empty() {
+            let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for p in &self.pending {
+                by_reason.entry(&p.reason).or_default().push(&p.pod);
+            }
+            let _ = writeln!(out, "Pending:");
+            for (reason, pods) in by_reason {
+                let shown: Vec<&str> = pods.iter().take(3).copied().collect();
+                let more = if pods.len() > 3 {
+                    format!(", ... ({} more)", pods.len() - 3)
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(out, "  {:>4} × {reason}", pods.len());
+                let _ = writeln!(out, "         {}{more}", shown.join(", "));
+            }
+        }
+        for w in &self.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        out
+    }
+}

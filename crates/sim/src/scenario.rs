@@ -1,0 +1,313 @@
+//! The Karpenter oracle's scenario and result formats (`testbed/karpenter-oracle`,
+//! docs/fidelity.md): read a scenario into an [`Input`], render a [`Plan`] in the oracle's
+//! result shape. Pure: text and JSON values in, values out.
+//!
+//! Instance types become catalog types with a fixed overhead (`overhead` summed, or
+//! `capacity − allocatable`), their `labels` as single-valued labels and their offerings as
+//! given (unavailable ones marked so). The Kubernetes objects (NodePools, pods, nodes,
+//! DaemonSets) go through [`load_with_catalog`] as JSON documents, so they are read exactly as
+//! `kubean-karpenter plan` reads manifests.
+//!
+//! Not carried over: an instance type's extra `requirements` (multi-valued or `DoesNotExist`;
+//! only the benchmark shapes use them, on keys no pod refers to), and `nodeClaim` entries of
+//! existing nodes (in-flight claims; the generator does not write them).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use kk_catalog::resources::quantity_units;
+use kk_catalog::{
+    Arch, CapacityType, Catalog, InstanceType, OfferingConfig, OverheadModel, PriceTable, Resources,
+};
+use kk_model::quantity::Quantity;
+use serde_json::{Value, json};
+
+use crate::input::{LoadOptions, SourceFile, load_with_catalog};
+use crate::plan::Plan;
+use crate::solver::Input;
+
+fn resources(v: Option<&Value>) -> Result<Resources, String> {
+    let mut r = Resources::default();
+    let Some(map) = v.and_then(Value::as_object) else {
+        return Ok(r);
+    };
+    for (name, q) in map {
+        let text = match q {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err(format!("resource {name}: not a quantity: {other}")),
+        };
+        let q = Quantity::parse(&text).map_err(|e| format!("resource {name}: {}", e.0))?;
+        r.set(name, quantity_units(name, &q));
+    }
+    Ok(r)
+}
+
+/// (zone, capacity type, price, available).
+type ScenarioOffering = (String, CapacityType, f64, bool);
+
+fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), String> {
+    let name = v
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("instance type without a name")?
+        .to_owned();
+    let capacity = resources(v.get("capacity"))?;
+    let overhead = if let Some(alloc) = v.get("allocatable") {
+        let alloc = resources(Some(alloc))?;
+        let mut o = Resources::default();
+        for (k, c) in capacity.iter() {
+            o.set(k, c - alloc.get(k));
+        }
+        o
+    } else if let Some(o) = v.get("overhead") {
+        let mut total = Resources::default();
+        for part in ["kubeReserved", "systemReserved", "evictionThreshold"] {
+            total = total.plus(&resources(o.get(part))?);
+        }
+        total
+    } else {
+        Resources::default()
+    };
+    let mut labels: BTreeMap<Cow<'static, str>, Cow<'static, str>> = BTreeMap::new();
+    if let Some(m) = v.get("labels").and_then(Value::as_object) {
+        for (k, val) in m {
+            labels.insert(
+                Cow::Owned(k.clone()),
+                Cow::Owned(val.as_str().unwrap_or_default().to_owned()),
+            );
+        }
+    }
+    labels.insert(
+        Cow::Borrowed("node.kubernetes.io/instance-type"),
+        Cow::Owned(name.clone()),
+    );
+    let arch = match labels.get("kubernetes.io/arch").map(|s| s.as_ref()) {
+        Some("arm64") => Arch::Arm64,
+        _ => Arch::Amd64,
+    };
+    let mut offerings = Vec::new();
+    for o in v
+        .get("offerings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let zone = o
+            .get("zone")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let ct = match o.get("capacityType").and_then(Value::as_str) {
+            Some("spot") => CapacityType::Spot,
+            Some("on-demand") => CapacityType::OnDemand,
+            other => return Err(format!("{name}: unsupported capacityType {other:?}")),
+        };
+        let price = o.get("price").and_then(Value::as_f64).unwrap_or(0.0);
+        let available = o.get("available").and_then(Value::as_bool).unwrap_or(true);
+        offerings.push((zone, ct, price, available));
+    }
+    let vcpu = u32::try_from(capacity.cpu_milli / 1000).unwrap_or(0);
+    let memory_mib = u64::try_from(capacity.memory_bytes >> 20).unwrap_or(0);
+    let it = InstanceType {
+        name: name.clone(),
+        family: name.split('.').next().unwrap_or_default().to_owned(),
+        size: name.split('.').nth(1).unwrap_or_default().to_owned(),
+        category: String::new(),
+        generation: None,
+        arch,
+        os: "linux".into(),
+        vcpu,
+        memory_mib,
+        cpu_manufacturer: None,
+        gpu: None,
+        accelerator: None,
+        hypervisor: None,
+        bare_metal: false,
+        local_nvme_gb: None,
+        network_bandwidth_mbps: None,
+        eni: None,
+        on_demand_price: None,
+        spot_price: None,
+        labels,
+        capacity,
+        overhead: OverheadModel::Fixed(overhead),
+        documented: None,
+        offerings: Vec::new(),
+    };
+    Ok((it, offerings))
+}
+
+/// The scenario's instance types as a catalog.
+pub fn catalog(scenario: &Value) -> Result<Catalog, String> {
+    let mut prices = PriceTable::default();
+    let mut types = Vec::new();
+    let mut zones = BTreeSet::new();
+    let mut cts = BTreeSet::new();
+    let mut unavailable = Vec::new();
+    for v in scenario
+        .get("instanceTypes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (it, offerings) = instance_type(v)?;
+        for (zone, ct, price, available) in offerings {
+            prices.insert(&it.name, &zone, ct, price);
+            if !available {
+                unavailable.push((it.name.clone(), zone.clone(), ct));
+            }
+            zones.insert(zone);
+            cts.insert(ct.as_str().to_owned());
+        }
+        types.push(it);
+    }
+    let config = OfferingConfig {
+        zones: zones.into_iter().collect(),
+        capacity_types: CapacityType::ALL
+            .into_iter()
+            .filter(|c| cts.contains(c.as_str()))
+            .collect(),
+        prices,
+        ..OfferingConfig::default()
+    };
+    let mut catalog = Catalog::from_types(types, &config).map_err(|e| e.to_string())?;
+    for (name, zone, ct) in unavailable {
+        catalog.set_available(&name, &zone, ct, false);
+    }
+    Ok(catalog)
+}
+
+fn with_kind(v: &Value, api: &str, kind: &str) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.entry("apiVersion").or_insert_with(|| json!(api));
+        m.entry("kind").or_insert_with(|| json!(kind));
+    }
+    v
+}
+
+fn list(items: Vec<Value>) -> String {
+    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+/// Reads a scenario (its JSON text) into the simulator's input.
+pub fn read(text: &str) -> Result<Input, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("scenario: {e}"))?;
+    read_value(&v)
+}
+
+/// [`read`] from a parsed value.
+pub fn read_value(v: &Value) -> Result<Input, String> {
+    let arr = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let catalog = catalog(v)?;
+    let pools: Vec<Value> = arr("nodePools")
+        .iter()
+        .map(|p| with_kind(p, "karpenter.sh/v1", "NodePool"))
+        .collect();
+    let mut work: Vec<Value> = Vec::new();
+    for ds in arr("daemonSets") {
+        work.push(with_kind(&ds, "apps/v1", "DaemonSet"));
+    }
+    for p in arr("pods") {
+        work.push(with_kind(&p, "v1", "Pod"));
+    }
+    let mut nodes: Vec<Value> = Vec::new();
+    for e in arr("existingNodes") {
+        let Some(node) = e.get("node") else { continue };
+        let name = node
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        nodes.push(with_kind(node, "v1", "Node"));
+        for p in e
+            .get("pods")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let mut p = with_kind(p, "v1", "Pod");
+            if let Some(spec) = p.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("nodeName".into(), json!(name));
+            }
+            // A pod with a DaemonSet ownerReference counts as that DaemonSet's pod on the node
+            // (the reader matches it to the DaemonSet).
+            work.push(p);
+        }
+    }
+    let files_p = [SourceFile::new("nodePools.json", list(pools))];
+    let files_w = [SourceFile::new("pods.json", list(work))];
+    let files_n = if nodes.is_empty() {
+        Vec::new()
+    } else {
+        vec![SourceFile::new("nodes.json", list(nodes))]
+    };
+    load_with_catalog(
+        &files_p,
+        &files_w,
+        &files_n,
+        &LoadOptions::default(),
+        catalog,
+    )
+    .map_err(|errs| {
+        errs.iter()
+            .map(|e| format!("{}: {} {}", e.file, e.field, e.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+/// A plan in the oracle's result shape (`nodeClaims`, `existingNodes`, `pending`), node
+/// claims sorted by their first pod as the oracle sorts them.
+pub fn result(scenario: &str, plan: &Plan) -> Value {
+    let mut claims: Vec<Value> = plan
+        .node_claims
+        .iter()
+        .map(|c| {
+            let mut pods = c.pods.clone();
+            pods.sort();
+            json!({
+                "nodePool": c.node_pool,
+                "instanceTypeOptions": c.instance_type_options,
+                // The oracle's field is the first option (by the price of its cheapest
+                // compatible available offering); kk-sim's launch choice also applies the AWS
+                // provider's launch filter (no GPU/metal types for pods that don't need them).
+                "cheapestInstanceType": c.instance_type_options.first().unwrap_or(&c.instance_type),
+                "launchInstanceType": c.instance_type,
+                "capacityType": c.capacity_type,
+                "zone": c.zone,
+                "price": c.price_per_hour,
+                "requests": c.requests,
+                "pods": pods,
+            })
+        })
+        .collect();
+    claims.sort_by(|a, b| a["pods"][0].as_str().cmp(&b["pods"][0].as_str()));
+    let existing: Vec<Value> = plan
+        .existing_nodes
+        .iter()
+        .map(|e| {
+            let mut pods = e.pods.clone();
+            pods.sort();
+            json!({"name": e.node, "pods": pods})
+        })
+        .collect();
+    let mut pending: Vec<Value> = plan
+        .pending
+        .iter()
+        .map(|p| json!({"pod": p.pod, "error": p.reason}))
+        .collect();
+    pending.sort_by(|a, b| a["pod"].as_str().cmp(&b["pod"].as_str()));
+    json!({
+        "scenario": scenario,
+        "nodeClaims": claims,
+        "existingNodes": existing,
+        "pending": pending,
+    })
+}
