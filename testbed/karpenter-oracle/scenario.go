@@ -1,0 +1,252 @@
+package main
+
+// The scenario format shared with the Rust engine (crates/sim). Every object
+// that has a Kubernetes type is Kubernetes JSON (core/v1, apps/v1,
+// karpenter.sh/v1); only instance types have a format of their own, since
+// Karpenter has no API object for them. docs/fidelity.md documents it.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+)
+
+// Scenario is one input to the scheduler: the cluster as Karpenter's
+// provisioner would see it at the start of a scheduling loop.
+type Scenario struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Tags say which features the generator put in (informational only).
+	Tags          []string           `json:"tags,omitempty"`
+	NodePools     []karpv1.NodePool  `json:"nodePools"`
+	InstanceTypes []InstanceTypeSpec `json:"instanceTypes"`
+	// Pods are the pending pods to schedule (spec.nodeName empty).
+	Pods          []corev1.Pod       `json:"pods"`
+	ExistingNodes []ExistingNodeSpec `json:"existingNodes,omitempty"`
+	DaemonSets    []appsv1.DaemonSet `json:"daemonSets,omitempty"`
+}
+
+// InstanceTypeSpec describes one cloudprovider.InstanceType.
+type InstanceTypeSpec struct {
+	Name string `json:"name"`
+	// Labels become `key In [value]` requirements of the instance type.
+	// node.kubernetes.io/instance-type, topology.kubernetes.io/zone and
+	// karpenter.sh/capacity-type are derived (from name and offerings) and
+	// need not be given.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Requirements are extra requirements (multi-valued, DoesNotExist, ...),
+	// added after Labels. Optional; the generator does not use them.
+	Requirements []corev1.NodeSelectorRequirement `json:"requirements,omitempty"`
+	Capacity     corev1.ResourceList              `json:"capacity"`
+	// Exactly one of Overhead and Allocatable may be given; with neither,
+	// allocatable equals capacity.
+	Overhead    *OverheadSpec       `json:"overhead,omitempty"`
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
+	Offerings   []OfferingSpec      `json:"offerings"`
+}
+
+type OverheadSpec struct {
+	KubeReserved      corev1.ResourceList `json:"kubeReserved,omitempty"`
+	SystemReserved    corev1.ResourceList `json:"systemReserved,omitempty"`
+	EvictionThreshold corev1.ResourceList `json:"evictionThreshold,omitempty"`
+}
+
+type OfferingSpec struct {
+	Zone         string  `json:"zone"`
+	CapacityType string  `json:"capacityType"`
+	Price        float64 `json:"price"`
+	// Available defaults to true when omitted.
+	Available *bool `json:"available,omitempty"`
+}
+
+func (o OfferingSpec) IsAvailable() bool { return o.Available == nil || *o.Available }
+
+// ExistingNodeSpec is a node already in the cluster, with the pods bound to it.
+type ExistingNodeSpec struct {
+	// Node is the core/v1 Node. Karpenter-managed nodes carry the
+	// karpenter.sh/nodepool label; karpenter.sh/registered and
+	// karpenter.sh/initialized say how far they got.
+	Node *corev1.Node `json:"node,omitempty"`
+	// NodeClaim is optional. For a managed node without one, the oracle
+	// synthesizes the NodeClaim that Karpenter would have (see fidelity.md).
+	// A NodeClaim without a Node is an in-flight (launched, unregistered) node.
+	NodeClaim *karpv1.NodeClaim `json:"nodeClaim,omitempty"`
+	Pods      []corev1.Pod      `json:"pods,omitempty"`
+}
+
+func (e ExistingNodeSpec) Name() string {
+	if e.Node != nil {
+		return e.Node.Name
+	}
+	if e.NodeClaim != nil {
+		return e.NodeClaim.Name
+	}
+	return ""
+}
+
+func readScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var sc Scenario
+	if err := json.Unmarshal(data, &sc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := sc.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &sc, nil
+}
+
+// checkKeys rejects unknown fields in the parts of the format that are not
+// Kubernetes objects (a misspelt "nodepools" would otherwise read as
+// empty). Kubernetes objects are decoded leniently, as the apiserver does.
+func checkKeys(data []byte) error {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		return err
+	}
+	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets"); err != nil {
+		return err
+	}
+	var its []map[string]json.RawMessage
+	if raw, ok := top["instanceTypes"]; ok {
+		if err := json.Unmarshal(raw, &its); err != nil {
+			return fmt.Errorf("instanceTypes: %w", err)
+		}
+	}
+	for _, it := range its {
+		if err := onlyKeys("instance type", it, "name", "labels", "requirements", "capacity", "overhead", "allocatable", "offerings"); err != nil {
+			return err
+		}
+		if raw, ok := it["overhead"]; ok {
+			var oh map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &oh); err != nil {
+				return fmt.Errorf("overhead: %w", err)
+			}
+			if err := onlyKeys("overhead", oh, "kubeReserved", "systemReserved", "evictionThreshold"); err != nil {
+				return err
+			}
+		}
+		var ofs []map[string]json.RawMessage
+		if raw, ok := it["offerings"]; ok {
+			if err := json.Unmarshal(raw, &ofs); err != nil {
+				return fmt.Errorf("offerings: %w", err)
+			}
+		}
+		for _, o := range ofs {
+			if err := onlyKeys("offering", o, "zone", "capacityType", "price", "available"); err != nil {
+				return err
+			}
+		}
+	}
+	var ens []map[string]json.RawMessage
+	if raw, ok := top["existingNodes"]; ok {
+		if err := json.Unmarshal(raw, &ens); err != nil {
+			return fmt.Errorf("existingNodes: %w", err)
+		}
+	}
+	for _, en := range ens {
+		if err := onlyKeys("existing node", en, "node", "nodeClaim", "pods"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func onlyKeys(what string, m map[string]json.RawMessage, allowed ...string) error {
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	for k := range m {
+		if !ok[k] {
+			return fmt.Errorf("unknown field %q in %s (allowed: %v)", k, what, allowed)
+		}
+	}
+	return nil
+}
+
+func (sc *Scenario) validate() error {
+	if sc.Name == "" {
+		return fmt.Errorf("scenario has no name")
+	}
+	seen := map[string]bool{}
+	for _, it := range sc.InstanceTypes {
+		if it.Name == "" {
+			return fmt.Errorf("instance type without name")
+		}
+		if seen[it.Name] {
+			return fmt.Errorf("duplicate instance type %q", it.Name)
+		}
+		seen[it.Name] = true
+		if it.Overhead != nil && it.Allocatable != nil {
+			return fmt.Errorf("instance type %q: give overhead or allocatable, not both", it.Name)
+		}
+	}
+	names := map[string]bool{}
+	for _, p := range sc.Pods {
+		key := podKey(&p)
+		if names[key] {
+			return fmt.Errorf("duplicate pod %s", key)
+		}
+		names[key] = true
+		if p.Spec.NodeName != "" {
+			return fmt.Errorf("pending pod %s has spec.nodeName; put bound pods under existingNodes", key)
+		}
+	}
+	for _, en := range sc.ExistingNodes {
+		if en.Node == nil && en.NodeClaim == nil {
+			return fmt.Errorf("existing node entry without node or nodeClaim")
+		}
+		for _, p := range en.Pods {
+			key := podKey(&p)
+			if names[key] {
+				return fmt.Errorf("duplicate pod %s", key)
+			}
+			names[key] = true
+		}
+	}
+	return nil
+}
+
+func podKey(p *corev1.Pod) string {
+	ns := p.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return ns + "/" + p.Name
+}
+
+func resourceListStrings(rl corev1.ResourceList) map[string]string {
+	if len(rl) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(rl))
+	for k, v := range rl {
+		out[string(k)] = v.String()
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func q(s string) resource.Quantity { return resource.MustParse(s) }
