@@ -4,7 +4,11 @@
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
 mod apply_cmd;
+mod catalog_cmd;
 mod files;
+mod lint_cmd;
+mod plan_cmd;
+mod token_cmd;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -32,17 +36,13 @@ struct Cli {
 enum Command {
     /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools).
     Init,
-    /// Server-side apply, in order, after a server-side dry run of every object: a spec,
-    /// a rendered bundle, or manifests. A refusal prints the apiserver's message and
-    /// applies nothing.
-    Apply(apply_cmd::ApplyArgs),
     /// Check a spec and report every problem with file:line:col (exit 2 if any).
     Validate {
         /// The spec file, or - for standard input.
         spec: String,
     },
     /// Render the whole bundle from a spec: kubean/, cloud/, karpenter/, nodeclasses/,
-    /// nodepools/, gpu/, iam/, verify/ and ORDER.md.
+    /// nodepools/, gpu/, iam/, rotator/ (ssm and secrets-manager modes), verify/ and ORDER.md.
     Render {
         /// The spec file, or - for standard input. Omit with --example.
         #[arg(required_unless_present = "example", conflicts_with = "example")]
@@ -58,6 +58,30 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Lint manifests, a rendered bundle or a spec (rendered in memory): Karpenter, Kubean,
+    /// NVIDIA device plugin and workloads, each object and across objects.
+    Lint(lint_cmd::LintArgs),
+    /// Server-side apply, in order, after a server-side dry run of every object: a spec,
+    /// a rendered bundle, or manifests. A refusal prints the apiserver's message and
+    /// applies nothing.
+    Apply(apply_cmd::ApplyArgs),
+    /// Simulate Karpenter's scheduler: which NodeClaims (pool, instance types, capacity type,
+    /// zone, $/h) the workloads would create, and which pods stay Pending and why
+    /// (exit 1 if any).
+    Plan(plan_cmd::PlanArgs),
+    /// List EC2 instance types: GPUs, pods, allocatable CPU/memory (Karpenter's AWS
+    /// overhead formulas) and on-demand/spot prices; filter by GPU, family, arch, vCPUs.
+    Catalog(catalog_cmd::CatalogArgs),
+    /// kubeadm bootstrap tokens: create (and publish to the join store), list, revoke.
+    Token {
+        #[command(subcommand)]
+        command: token_cmd::TokenCommand,
+    },
+    /// Print the CA hash `kubeadm join --discovery-token-ca-cert-hash` pins (sha256:<hex>).
+    CaHash(token_cmd::CaHashArgs),
+    /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
+    /// join store, leader-elected through a Lease, with /metrics, /healthz and /readyz.
+    Controller(Box<token_cmd::ControllerArgs>),
 }
 
 /// An error the user must act on; printed once, exit 2.
@@ -82,7 +106,13 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
+        Command::Lint(args) => lint_cmd::lint(args),
         Command::Apply(args) => apply_cmd::run(args),
+        Command::Catalog(args) => catalog_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(args),
+        Command::Token { command } => token_cmd::token(command),
+        Command::CaHash(args) => token_cmd::ca_hash(args),
+        Command::Controller(args) => token_cmd::controller(*args),
         Command::Init => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
             Ok(ExitCode::SUCCESS)

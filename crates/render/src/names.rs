@@ -46,14 +46,23 @@ pub fn vars_configmap(cluster: &ElasticCluster) -> String {
     format!("{}-vars-conf", cluster.metadata.name)
 }
 
+/// The kubelet's own default. Kubespray never installs the VPC CNI (validation refuses it),
+/// so without an explicit value Karpenter would assume ENI-limited density instead.
+pub const DEFAULT_MAX_PODS: i64 = 110;
+
+/// `spec.kubelet.maxPods` of a pool's EC2NodeClass, always set.
+pub fn max_pods(pool: &Pool) -> i64 {
+    pool.kubelet
+        .as_ref()
+        .and_then(|k| k.max_pods)
+        .unwrap_or(DEFAULT_MAX_PODS)
+}
+
 /// The kubelet flags equal to a pool's `spec.kubelet`, so what Karpenter assumes
 /// about pod density and reserved resources is what the kubelet really does.
 pub fn kubelet_flags(pool: &Pool) -> Vec<String> {
-    let mut flags = Vec::new();
+    let mut flags = vec![format!("--max-pods={}", max_pods(pool))];
     if let Some(k) = &pool.kubelet {
-        if let Some(max) = k.max_pods {
-            flags.push(format!("--max-pods={max}"));
-        }
         for (flag, map) in [
             ("--kube-reserved", &k.kube_reserved),
             ("--system-reserved", &k.system_reserved),

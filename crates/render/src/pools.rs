@@ -77,10 +77,15 @@ fn ami_term(pool: &Pool) -> AmiSelectorTerm {
 }
 
 fn kubelet(pool: &Pool) -> Option<KubeletConfiguration> {
-    pool.kubelet.as_ref().map(|k| KubeletConfiguration {
-        max_pods: k.max_pods,
-        kube_reserved: k.kube_reserved.clone(),
-        system_reserved: k.system_reserved.clone(),
+    let reserved = pool.kubelet.as_ref();
+    Some(KubeletConfiguration {
+        max_pods: Some(names::max_pods(pool)),
+        kube_reserved: reserved
+            .map(|k| k.kube_reserved.clone())
+            .unwrap_or_default(),
+        system_reserved: reserved
+            .map(|k| k.system_reserved.clone())
+            .unwrap_or_default(),
         ..Default::default()
     })
 }

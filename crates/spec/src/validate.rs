@@ -431,6 +431,29 @@ fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
     }
     let mut names = BTreeMap::new();
     let mut classes: BTreeMap<String, (usize, &Pool)> = BTreeMap::new();
+    // One device plugin serves every GPU pool with one time-slicing config, so a pool
+    // asking for other sharing would silently get the first pool's.
+    let mut sharing: Option<(usize, i64)> = None;
+    for (i, pool) in pools.iter().enumerate() {
+        let Some(gpu) = pool
+            .gpu
+            .as_ref()
+            .filter(|_| pool.pool_type == PoolType::Gpu)
+        else {
+            continue;
+        };
+        match sharing {
+            None => sharing = Some((i, gpu.sharing_replicas)),
+            Some((first, replicas)) if replicas != gpu.sharing_replicas => p.push((
+                at.index(i).key("gpu").key("sharingReplicas"),
+                format!(
+                    "{} differs from pools[{first}] ({replicas}): every GPU pool shares one device plugin config",
+                    gpu.sharing_replicas
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
     for (i, pool) in pools.iter().enumerate() {
         let at = at.index(i);
         if let Some(first) = names.insert(pool.name.as_str(), i) {
@@ -580,11 +603,11 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
     if let Some(d) = &pool.disruption {
         let at = at.key("disruption");
         if let Some(policy) = &d.consolidation_policy
-            && !["WhenEmpty", "WhenEmptyOrUnderutilized"].contains(&policy.as_str())
+            && !["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"].contains(&policy.as_str())
         {
             p.push((
                 at.key("consolidationPolicy"),
-                format!("{policy:?} must be WhenEmpty or WhenEmptyOrUnderutilized"),
+                format!("{policy:?} must be WhenEmpty, WhenEmptyOrUnderutilized or Balanced"),
             ));
         }
         if let Some(after) = &d.consolidate_after
