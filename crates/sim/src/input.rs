@@ -286,6 +286,40 @@ fn selector_req(
     })
 }
 
+/// Required and preferred terms of a podAffinity or podAntiAffinity (same shape, two types
+/// in the API); a term that does not parse is an error at its field and is left out.
+#[allow(clippy::type_complexity)]
+fn pod_affinity_terms(
+    ctx: &mut Ctx,
+    field: &str,
+    required: Option<&[core::PodAffinityTerm]>,
+    preferred: Option<&[core::WeightedPodAffinityTerm]>,
+    warnings: &mut Vec<String>,
+    who: &str,
+) -> (Vec<PodAffinityTerm>, Vec<(i32, PodAffinityTerm)>) {
+    let mut hard = Vec::new();
+    for (i, t) in required.into_iter().flatten().enumerate() {
+        match pod_affinity_term(t, warnings, who) {
+            Ok(term) => hard.push(term),
+            Err(e) => ctx.err(
+                &format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+                e,
+            ),
+        }
+    }
+    let mut soft = Vec::new();
+    for (i, t) in preferred.into_iter().flatten().enumerate() {
+        match pod_affinity_term(&t.pod_affinity_term, warnings, who) {
+            Ok(term) => soft.push((t.weight, term)),
+            Err(e) => ctx.err(
+                &format!("{field}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"),
+                e,
+            ),
+        }
+    }
+    (hard, soft)
+}
+
 fn pod_affinity_term(
     t: &core::PodAffinityTerm,
     warnings: &mut Vec<String>,
@@ -504,84 +538,29 @@ fn pod_from_spec(
     let mut preferred_affinity = Vec::new();
     let mut anti_affinity = Vec::new();
     let mut preferred_anti_affinity = Vec::new();
-    let term_err = |ctx: &mut Ctx, f: String, r: Result<PodAffinityTerm, String>| match r {
-        Ok(t) => Some(t),
-        Err(e) => {
-            ctx.err(&f, e);
-            None
-        }
-    };
     if let Some(pa) = aff.and_then(|a| a.pod_affinity.as_ref()) {
-        for (i, t) in pa
-            .required_during_scheduling_ignored_during_execution
-            .iter()
-            .flatten()
-            .enumerate()
-        {
-            let f = join(
-                field,
-                &format!(
-                    "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
-                ),
-            );
-            affinity.extend(term_err(ctx, f, pod_affinity_term(t, warnings, &who)));
-        }
-        for (i, t) in pa
-            .preferred_during_scheduling_ignored_during_execution
-            .iter()
-            .flatten()
-            .enumerate()
-        {
-            let f = join(
-                field,
-                &format!(
-                    "affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-                ),
-            );
-            if let Some(term) = term_err(
-                ctx,
-                f,
-                pod_affinity_term(&t.pod_affinity_term, warnings, &who),
-            ) {
-                preferred_affinity.push((t.weight, term));
-            }
-        }
+        (affinity, preferred_affinity) = pod_affinity_terms(
+            ctx,
+            &join(field, "affinity.podAffinity"),
+            pa.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            pa.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
+            warnings,
+            &who,
+        );
     }
     if let Some(pa) = aff.and_then(|a| a.pod_anti_affinity.as_ref()) {
-        for (i, t) in pa
-            .required_during_scheduling_ignored_during_execution
-            .iter()
-            .flatten()
-            .enumerate()
-        {
-            let f = join(
-                field,
-                &format!(
-                    "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
-                ),
-            );
-            anti_affinity.extend(term_err(ctx, f, pod_affinity_term(t, warnings, &who)));
-        }
-        for (i, t) in pa
-            .preferred_during_scheduling_ignored_during_execution
-            .iter()
-            .flatten()
-            .enumerate()
-        {
-            let f = join(
-                field,
-                &format!(
-                    "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-                ),
-            );
-            if let Some(term) = term_err(
-                ctx,
-                f,
-                pod_affinity_term(&t.pod_affinity_term, warnings, &who),
-            ) {
-                preferred_anti_affinity.push((t.weight, term));
-            }
-        }
+        (anti_affinity, preferred_anti_affinity) = pod_affinity_terms(
+            ctx,
+            &join(field, "affinity.podAntiAffinity"),
+            pa.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            pa.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
+            warnings,
+            &who,
+        );
     }
     let mut spread = Vec::new();
     for (i, c) in spec
