@@ -54,7 +54,7 @@ pub fn lint(args: LintArgs) -> Result<ExitCode, Failure> {
             let m = rule.meta();
             writeln!(
                 stdout,
-                "{}  {:<8} {:<26} {}",
+                "{}  {:<8} {:<36} {}",
                 m.code, m.severity, m.name, m.summary
             )?;
         }

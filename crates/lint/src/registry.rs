@@ -64,26 +64,26 @@ pub trait Rule: Sync {
 /// Every rule, by code.
 pub static RULES: &[&dyn Rule] = &[
     &rules::crd::schema::CrdSchema,
+    &rules::values::controller_placement::ControllerPlacement,
     &rules::gpu::untainted_pool::GpuPoolUntainted,
     &rules::gpu::device_plugin::DevicePluginMismatch,
+    &rules::nodepool::limits::PoolWithoutLimits,
+    &rules::gpu::sharing_limit::GpuLimitIgnoresSharing,
+    &rules::gpu::disruption::GpuPoolDisruption,
     &rules::nodeclass::ami_alias_latest::AmiAliasLatest,
     &rules::userdata::imdsv1::ImdsV1UserData,
     &rules::userdata::literal_secret::LiteralSecret,
     &rules::userdata::registration::CustomAmiRegistration,
     &rules::cluster::missing_ccm::ExternalCloudProviderWithoutCcm,
     &rules::nodeclass::kubelet_density::KubeletPodDensity,
-    &rules::values::control_plane::ValuesControlPlane,
-    &rules::userdata::join_credentials::MalformedJoinCredentials,
-    &rules::nodepool::missing_nodeclass::MissingNodeClass,
-    &rules::values::controller_placement::ControllerPlacement,
-    &rules::nodepool::limits::PoolWithoutLimits,
-    &rules::gpu::sharing_limit::GpuLimitIgnoresSharing,
-    &rules::gpu::disruption::GpuPoolDisruption,
     &rules::nodepool::spot_flexibility::SpotTooFewInstanceTypes,
     &rules::nodeclass::ebs_root_volume::EbsRootVolume,
+    &rules::values::control_plane::ValuesControlPlane,
     &rules::nodepool::unsatisfiable_requirements::UnsatisfiableRequirements,
+    &rules::nodepool::missing_nodeclass::MissingNodeClass,
     &rules::workload::gpu_tolerations::GpuWorkloadTolerations,
     &rules::kubean::kubespray_vars::KubesprayJoinVars,
+    &rules::userdata::join_credentials::MalformedJoinCredentials,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).
