@@ -969,28 +969,22 @@ fn read_pool(
         };
         requirements.add(&r.key, req.with_min_values(min));
     }
-    let mut taints = Vec::new();
-    for (i, t) in spec.taints.iter().enumerate() {
-        match taint(
-            ctx,
-            &join(prefix, &format!("spec.template.spec.taints[{i}]")),
-            t,
-        ) {
-            Some(t) => taints.push(t),
-            None => ok = false,
+    let mut pool_taints = |list: &[core::Taint], field: &str| {
+        let mut out = Vec::new();
+        for (i, t) in list.iter().enumerate() {
+            match taint(
+                ctx,
+                &join(prefix, &format!("spec.template.spec.{field}[{i}]")),
+                t,
+            ) {
+                Some(t) => out.push(t),
+                None => ok = false,
+            }
         }
-    }
-    let mut startup_taints = Vec::new();
-    for (i, t) in spec.startup_taints.iter().enumerate() {
-        match taint(
-            ctx,
-            &join(prefix, &format!("spec.template.spec.startupTaints[{i}]")),
-            t,
-        ) {
-            Some(t) => startup_taints.push(t),
-            None => ok = false,
-        }
-    }
+        out
+    };
+    let taints = pool_taints(&spec.taints, "taints");
+    let startup_taints = pool_taints(&spec.startup_taints, "startupTaints");
     let mut limits = BTreeMap::new();
     for (k, v) in &np.spec.limits {
         let f = join(prefix, &format!("spec.limits[{k}]"));

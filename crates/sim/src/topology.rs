@@ -445,23 +445,21 @@ impl Topology {
                 filter: NodeFilter::for_spread(pod, s),
             });
         }
-        let affinity = pod.affinity.iter().chain(
-            pod.preferred_affinity
+        for (kind, required, preferred) in [
+            (Kind::Affinity, &pod.affinity, &pod.preferred_affinity),
+            (
+                Kind::AntiAffinity,
+                &pod.anti_affinity,
+                &pod.preferred_anti_affinity,
+            ),
+        ] {
+            let preferred = preferred
                 .iter()
                 .filter(|_| self.respect_preferences)
-                .map(|(_, t)| t),
-        );
-        for term in affinity {
-            keys.push(self.term_key(Kind::Affinity, pod, term));
-        }
-        let anti = pod.anti_affinity.iter().chain(
-            pod.preferred_anti_affinity
-                .iter()
-                .filter(|_| self.respect_preferences)
-                .map(|(_, t)| t),
-        );
-        for term in anti {
-            keys.push(self.term_key(Kind::AntiAffinity, pod, term));
+                .map(|(_, t)| t);
+            for term in required.iter().chain(preferred) {
+                keys.push(self.term_key(kind, pod, term));
+            }
         }
         for key in keys {
             let g = self.group(key, pod);
