@@ -103,7 +103,7 @@ fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
     let ns = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         ns.path(),
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-system}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-system}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: karpenter}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n",
     )
     .unwrap();
     let _ = apply(&testbed, &[ns.path().to_str().unwrap()]);
