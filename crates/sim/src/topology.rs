@@ -727,6 +727,11 @@ impl Topology {
         min
     }
 
+    /// Pods of `group` counted in a domain; `None` for a domain the group has never seen.
+    fn domain_count(&self, group: &Group, domain: &str) -> Option<i32> {
+        self.interner.get(domain).and_then(|id| group.count(id))
+    }
+
     fn next_spread(
         &self,
         group: &Group,
@@ -739,11 +744,7 @@ impl Topology {
         if group.key.key == HOSTNAME
             && let Some(host) = node_domains.single_value()
         {
-            let count = self
-                .interner
-                .get(host)
-                .and_then(|id| group.count(id))
-                .unwrap_or(0);
+            let count = self.domain_count(group, host).unwrap_or(0);
             return if i64::from(count) + own <= skew {
                 Requirement::single(host)
             } else {
@@ -804,11 +805,7 @@ impl Topology {
             if !pod_domains.has(host) {
                 return Requirement::does_not_exist();
             }
-            let count = self
-                .interner
-                .get(host)
-                .and_then(|id| group.count(id))
-                .unwrap_or(0);
+            let count = self.domain_count(group, host).unwrap_or(0);
             if count > 0 || bootstrap(self) {
                 return Requirement::single(host);
             }
@@ -817,13 +814,7 @@ impl Topology {
         let mut options: BTreeSet<String> = BTreeSet::new();
         if node_domains.operator() == Operator::In {
             for d in node_domains.values() {
-                if pod_domains.has(d)
-                    && self
-                        .interner
-                        .get(d)
-                        .and_then(|id| group.count(id))
-                        .is_some_and(|c| c > 0)
-                {
+                if pod_domains.has(d) && self.domain_count(group, d).is_some_and(|c| c > 0) {
                     options.insert(d.to_owned());
                 }
             }
@@ -860,11 +851,7 @@ impl Topology {
         if group.key.key == HOSTNAME
             && let Some(host) = node_domains.single_value()
         {
-            let count = self
-                .interner
-                .get(host)
-                .and_then(|id| group.count(id))
-                .unwrap_or(0);
+            let count = self.domain_count(group, host).unwrap_or(0);
             return if count == 0 {
                 Requirement::single(host)
             } else {
@@ -876,13 +863,7 @@ impl Topology {
             && node_domains.len().is_some_and(|n| n < group.empty)
         {
             for d in node_domains.values() {
-                if pod_domains.has(d)
-                    && self
-                        .interner
-                        .get(d)
-                        .and_then(|id| group.count(id))
-                        .is_some_and(|c| c == 0)
-                {
+                if pod_domains.has(d) && self.domain_count(group, d).is_some_and(|c| c == 0) {
                     options.insert(d.to_owned());
                 }
             }
