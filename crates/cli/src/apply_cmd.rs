@@ -102,9 +102,7 @@ fn collect(paths: &[String]) -> Result<Vec<(String, Value)>, Failure> {
         let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{arg}: {e}")))?;
         if text.contains("kind: ElasticCluster") {
             let (loaded, base) = crate::load_spec(arg)?;
-            let pem = crate::files::resolve_ca(&loaded, &base)?;
-            let bundle = kk_render::render(&loaded.spec, &pem)
-                .map_err(|e| Failure(format!("{arg}: {e}")))?;
+            let bundle = crate::files::render_spec(&loaded, &base)?;
             for (rel, value) in bundle.manifests() {
                 objects.push((format!("{arg}#{rel}"), value));
             }

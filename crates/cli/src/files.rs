@@ -47,6 +47,12 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
     )))
 }
 
+/// The bundle of a loaded spec, its CA resolved like `render` does; errors name the spec file.
+pub fn render_spec(loaded: &LoadedSpec, base_dir: &Path) -> Result<Bundle, Failure> {
+    let ca_pem = resolve_ca(loaded, base_dir)?;
+    kk_render::render(&loaded.spec, &ca_pem).map_err(|e| Failure(format!("{}: {e}", loaded.file)))
+}
+
 fn expand_home(path: &str) -> PathBuf {
     match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) => Path::new(&home).join(rest),

@@ -189,9 +189,7 @@ fn expand_spec(input: Input, base_dir: &Path) -> Result<Vec<Input>, Failure> {
         return Ok(vec![input]);
     }
     let loaded = load_text(&input.text, &input.name)?;
-    let ca_pem = files::resolve_ca(&loaded, base_dir)?;
-    let bundle = kk_render::render(&loaded.spec, &ca_pem)
-        .map_err(|e| Failure(format!("{}: {e}", input.name)))?;
+    let bundle = files::render_spec(&loaded, base_dir)?;
     Ok(bundle
         .files
         .iter()

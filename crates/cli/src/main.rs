@@ -139,9 +139,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             } else {
                 load_spec(spec.as_deref().unwrap_or("-"))?
             };
-            let ca_pem = files::resolve_ca(&loaded, &base_dir)?;
-            let bundle = kk_render::render(&loaded.spec, &ca_pem)
-                .map_err(|e| Failure(format!("{}: {e}", loaded.file)))?;
+            let bundle = files::render_spec(&loaded, &base_dir)?;
             if output == "-" {
                 let mut out = std::io::stdout().lock();
                 for (i, (path, object)) in bundle.manifests().iter().enumerate() {

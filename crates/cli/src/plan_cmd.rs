@@ -202,9 +202,7 @@ fn expand_spec(input: SourceFile) -> Result<Vec<SourceFile>, Failure> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let ca_pem = files::resolve_ca(&loaded, &base_dir)?;
-    let bundle = kk_render::render(&loaded.spec, &ca_pem)
-        .map_err(|e| Failure(format!("{}: {e}", input.name)))?;
+    let bundle = files::render_spec(&loaded, &base_dir)?;
     Ok(bundle
         .files
         .iter()
