@@ -8,7 +8,10 @@ moto's SSM parameter store to load them the way moto itself lazily loads the
 account and region (so they also come back after POST /moto-api/reset).
 
 Usage: moto_seeded.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
-                      [--dump FILE] [--print]
+                      [--dump FILE] [--print] [--ec2-data FILE]
+
+--ec2-data (the lab) also patches the gaps between moto and the Karpenter controller
+(see install_karpenter_patches; AMIs come from MOTO_AMIS_PATH).
 
 --port 0 binds a free port; --port-file receives the port actually bound.
 --dump writes the seeded parameters of us-east-1 and us-west-2 as JSON.
@@ -101,6 +104,78 @@ def install_seed_hook() -> None:
     ssm_models.ParameterDict._check_loading_status = check_loading_status
 
 
+SPOT_FRACTION = 0.4  # as kk-catalog's DEFAULT_SPOT_FRACTION: the shared table has no spot prices
+
+
+def on_demand_prices(path: str) -> dict[str, float]:
+    """Instance type -> on-demand $/h (us-east-1) from shared/data/ec2."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return {
+        t["name"]: t["od_price_usd_hr_us_east_1"]
+        for t in data["instance_types"]
+        if t.get("od_price_usd_hr_us_east_1")
+    }
+
+
+def install_karpenter_patches(prices: dict[str, float]) -> None:
+    """Close the gaps between moto 5.2.1 and the calls the Karpenter controller makes."""
+    from moto.ec2.models import fleets
+    from moto.ec2.responses import spot_instances
+
+    # Gap 1: CreateFleet builds its launch specs from the launch template but reads the
+    # security groups from "GroupSet", which launch templates never have (Karpenter's carry
+    # them on NetworkInterfaces[0].Groups), and may drop the template's IamInstanceProfile. Instances then have no security group (Karpenter
+    # reports SecurityGroupDrift and replaces every node, forever) and no role (the
+    # node's IMDS has no credentials). Copy both from the template onto each instance.
+    original_init = fleets.Fleet.__init__
+
+    def fleet_init(self, ec2_backend, *args, **kwargs):
+        original_init(self, ec2_backend, *args, **kwargs)
+        launched = [(o["instance"], o["launch_spec"]) for o in self.on_demand_instances]
+        for req in self.spot_requests:
+            if getattr(req, "instance", None) is not None:
+                launched.append((req.instance, req.launch_spec))
+        for instance, spec in launched:
+            lt_spec = spec.launch_template_spec or {}
+            template = ec2_backend.get_launch_template(lt_spec["LaunchTemplateId"])
+            data = template.get_version(lt_spec.get("Version", template.default_version_number)).data
+            # Karpenter puts them on the primary network interface; others use SecurityGroupIds.
+            group_ids = list(data.get("SecurityGroupIds") or [])
+            for nic in data.get("NetworkInterfaces") or []:
+                group_ids += [g if isinstance(g, str) else g.get("GroupId") for g in nic.get("Groups") or []]
+            if group_ids:
+                instance.security_groups = [ec2_backend.get_security_group_from_id(g) for g in group_ids]
+            profile = data.get("IamInstanceProfile") or {}
+            if profile and not ec2_backend.iam_instance_profile_associations.get(instance.id):
+                ec2_backend.associate_iam_instance_profile(
+                    instance_id=instance.id,
+                    iam_instance_profile_name=profile.get("Name"),
+                    iam_instance_profile_arn=profile.get("Arn"),
+                )
+
+    fleets.Fleet.__init__ = fleet_init
+
+    # Gap 2: DescribeSpotPriceHistory answers 0.00001 $/h for every type, so every spot
+    # offering looks free. Answer SPOT_FRACTION x the on-demand price of the shared table.
+    def describe_spot_price_history(self):
+        types = self._get_param("InstanceTypes", [])
+        found = self.ec2_backend.describe_spot_price_history(types, self._filters_from_querystring())
+        history = [
+            {
+                "InstanceType": p["InstanceType"],
+                "ProductDescription": "Linux/UNIX (Amazon VPC)",
+                "SpotPrice": f"{prices.get(p['InstanceType'], 1.0) * SPOT_FRACTION:.6f}",
+                "AvailabilityZone": p["Location"],
+                "Timestamp": "2026-08-27T00:00:00.000Z",
+            }
+            for p in found
+        ]
+        return spot_instances.ActionResult({"SpotPriceHistory": history})
+
+    spot_instances.SpotInstances.describe_spot_price_history = describe_spot_price_history
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
@@ -108,6 +183,7 @@ def main() -> int:
     ap.add_argument("--port-file")
     ap.add_argument("--dump")
     ap.add_argument("--print", action="store_true")
+    ap.add_argument("--ec2-data", help="shared/data/ec2/ec2_instance_types_karpenter.json: enables the Karpenter patches")
     args = ap.parse_args()
 
     if args.print:
@@ -124,6 +200,8 @@ def main() -> int:
     from moto.server import ThreadedMotoServer
 
     install_seed_hook()
+    if args.ec2_data:
+        install_karpenter_patches(on_demand_prices(args.ec2_data))
     # Load eagerly for the default account in the two regions the tests use,
     # so a broken hook fails here rather than at the first request.
     ssm = get_backend("ssm")
