@@ -11,7 +11,8 @@ Usage: moto_seeded.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
                       [--dump FILE] [--print] [--ec2-data FILE]
 
 --ec2-data (the lab) also patches the gaps between moto and the Karpenter controller
-(see install_karpenter_patches; AMIs come from MOTO_AMIS_PATH).
+(see install_karpenter_patches; AMIs come from MOTO_AMIS_PATH). --faults DIR (the lab)
+lets a test switch on refusals moto cannot make itself (see install_faults).
 
 --port 0 binds a free port; --port-file receives the port actually bound.
 --dump writes the seeded parameters of us-east-1 and us-west-2 as JSON.
@@ -176,6 +177,29 @@ def install_karpenter_patches(prices: dict[str, float]) -> None:
     spot_instances.SpotInstances.describe_spot_price_history = describe_spot_price_history
 
 
+def install_faults(faults_dir: str) -> None:
+    """Refusals moto cannot produce itself (it enforces no IAM), switched on by files in
+    faults_dir so a lab test can break one thing on purpose. Each is a stand-in: AWS would
+    refuse the same call with the same error code because of a missing permission."""
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import fleets
+
+    original = fleets.Fleets.create_fleet
+
+    def create_fleet(self):
+        # The controller policy without iam:PassRole on the node role: EC2 refuses to launch
+        # with an instance profile whose role the caller may not pass.
+        if os.path.exists(os.path.join(faults_dir, "passrole-denied")):
+            raise EC2ClientError(
+                "UnauthorizedOperation",
+                "You are not authorized to perform this operation. User is not authorized to "
+                "perform: iam:PassRole on resource: node role (kubean-karpenter lab fault)",
+            )
+        return original(self)
+
+    fleets.Fleets.create_fleet = create_fleet
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
@@ -184,6 +208,7 @@ def main() -> int:
     ap.add_argument("--dump")
     ap.add_argument("--print", action="store_true")
     ap.add_argument("--ec2-data", help="shared/data/ec2/ec2_instance_types_karpenter.json: enables the Karpenter patches")
+    ap.add_argument("--faults", help="a folder whose files switch on refusals (see install_faults)")
     args = ap.parse_args()
 
     if args.print:
@@ -202,6 +227,8 @@ def main() -> int:
     install_seed_hook()
     if args.ec2_data:
         install_karpenter_patches(on_demand_prices(args.ec2_data))
+    if args.faults:
+        install_faults(args.faults)
     # Load eagerly for the default account in the two regions the tests use,
     # so a broken hook fails here rather than at the first request.
     ssm = get_backend("ssm")
