@@ -355,7 +355,8 @@ impl QuantityValue {
     }
 }
 
-/// The AMI, exactly one of three forms.
+/// The AMI, exactly one of three forms. Only `id` validates today: `alias` and `ssmRelease`
+/// select EKS-optimized images, which have no kubeadm (kept for the identity-based join).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Ami {
