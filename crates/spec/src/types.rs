@@ -139,8 +139,9 @@ pub enum NodeRole {
 pub struct KubeanNode {
     pub name: String,
     pub ip: String,
-    /// EC2 private DNS name; Kubespray never sets `--provider-id`, so the AWS cloud
-    /// controller manager finds the instance by this name.
+    /// EC2 private DNS name (required; validate says so): Kubespray never sets `--provider-id`,
+    /// so the AWS cloud controller manager finds the instance by this name, which the node
+    /// registers under (`kube_override_hostname`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_dns_name: Option<String>,
     pub roles: Vec<NodeRole>,

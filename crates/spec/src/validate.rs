@@ -94,7 +94,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     kubean_covers_version(&mut p, &at, spec);
     api_server(&mut p, &at.key("apiServer"), &spec.api_server);
     ca_bundle(&mut p, &at.key("caBundle"), &spec.ca_bundle);
-    kubean(&mut p, &at.key("kubean"), &spec.kubean);
+    kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
     join(&mut p, &at.key("join"), &spec.join);
     gpu_stack(&mut p, &at, spec);
@@ -273,7 +273,7 @@ fn ca_bundle(p: &mut Problems, at: &FieldPath, ca: &CaBundleSource) {
     }
 }
 
-fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
+fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str) {
     if !DNS_LABEL.is_match(&k.namespace) {
         p.push((at.key("namespace"), "must be a DNS label".into()));
     }
@@ -321,13 +321,34 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
         } else if !ips.insert(node.ip.as_str()) {
             p.push((at.key("ip"), format!("duplicate IP {:?}", node.ip)));
         }
-        if let Some(dns) = &node.private_dns_name
-            && !DNS_SUBDOMAIN.is_match(dns)
-        {
-            p.push((
+        match &node.private_dns_name {
+            Some(dns) if !DNS_SUBDOMAIN.is_match(dns) => p.push((
                 at.key("privateDnsName"),
                 format!("{dns:?} is not a DNS name"),
-            ));
+            )),
+            Some(_) => {}
+            // The kubelets run with the external cloud provider (cloud_provider: external), and
+            // Kubespray never sets --provider-id: the AWS cloud controller manager finds the
+            // instance of a Node by the Node's name as a private DNS name
+            // (kubernetes/cloud-provider-aws v1.35.2 pkg/providers/v1/aws.go
+            // findInstanceByNodeName: filter private-dns-name). Named after the inventory entry,
+            // the node is never found and keeps the uninitialized taint.
+            None => p.push((
+                at.clone(),
+                format!(
+                    "privateDnsName is required: the AWS cloud controller manager finds the \
+                     instance by the node's name as its EC2 private DNS name, and without it \
+                     Kubespray names the node {:?} (with the VPC's default DHCP options the name \
+                     is ip-{}.{})",
+                    node.name,
+                    node.ip.replace(['.', ':'], "-"),
+                    if region == "us-east-1" {
+                        "ec2.internal".to_owned()
+                    } else {
+                        format!("{region}.compute.internal")
+                    }
+                ),
+            )),
         }
         if node.roles.is_empty() {
             p.push((at.key("roles"), "a node needs at least one role".into()));
