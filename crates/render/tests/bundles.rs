@@ -200,3 +200,78 @@ fn a_pinned_ca_hash_that_does_not_match_the_bundle_is_refused() {
         Some("sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e".into());
     assert!(render(&cluster, &ca_pem(&cluster)).is_ok());
 }
+
+fn spec_named(name: &str) -> ElasticCluster {
+    all_specs()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no spec {name}"))
+        .1
+}
+
+fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    kk_model::yaml::load_documents(text, Default::default())
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+/// The `group_vars.yml` Kubespray reads, from the vars ConfigMap.
+fn group_vars(bundle: &Bundle) -> serde_json::Value {
+    let cm = &yaml_docs(&bundle.files["kubean/2-vars-conf.yaml"])[0];
+    yaml_docs(cm["data"]["group_vars.yml"].as_str().unwrap()).remove(0)
+}
+
+/// Issue 11 item 8. Kubespray (kubernetes-sigs/kubespray
+/// roles/kubespray_defaults/defaults/main/main.yml, master 46dbdd39, 2026-08-21):
+/// `kube_apiserver_port: 6443` is where the apiservers listen (kubeadm `bindPort`), while
+/// `loadbalancer_apiserver.port` only forms the endpoint clients use. Setting only the latter
+/// leaves the apiservers on 6443 behind a load balancer and a security group that use 8443.
+#[test]
+fn a_non_default_api_port_is_the_same_everywhere() {
+    let cluster = spec_named("secrets-manager-arm");
+    assert_eq!(cluster.spec.api_server.port, 8443);
+    let bundle = render_spec(&cluster);
+    let vars = group_vars(&bundle);
+    assert_eq!(
+        vars["kube_apiserver_port"], 8443,
+        "where the apiservers listen"
+    );
+    assert_eq!(vars["loadbalancer_apiserver"]["port"], 8443);
+    let discovery: serde_json::Value =
+        serde_json::from_str(&bundle.files["iam/discovery.json"]).unwrap();
+    let sg = discovery["controlPlaneSecurityGroup"]["apply"]
+        .as_str()
+        .unwrap();
+    assert!(
+        sg.starts_with("allow TCP 8443 from the node security group"),
+        "{sg}"
+    );
+    assert!(sg.contains("the apiservers listen on 8443"), "{sg}");
+    assert_eq!(
+        discovery["apiServerLoadBalancer"],
+        "listen on api.prod-eu.corp.internal:8443 and forward to TCP 8443 on every control-plane node"
+    );
+    for (_, object) in bundle.manifests() {
+        if object["kind"] == "EC2NodeClass" {
+            let user_data = object["spec"]["userData"].as_str().unwrap();
+            assert!(
+                user_data.contains("API_SERVER_ENDPOINT='api.prod-eu.corp.internal:8443'"),
+                "{user_data}"
+            );
+        }
+    }
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    assert_eq!(
+        values["settings"]["clusterEndpoint"],
+        "https://api.prod-eu.corp.internal:8443"
+    );
+    assert!(
+        bundle.files["rotator/join-token-rotator.yaml"]
+            .contains("--api-server=api.prod-eu.corp.internal:8443")
+    );
+    // The default port stays 6443 everywhere.
+    let vars = group_vars(&render_spec(&spec_named("example")));
+    assert_eq!(vars["kube_apiserver_port"], 6443);
+}

@@ -50,6 +50,8 @@ pub struct ClusterSpec {
 pub struct ApiServer {
     /// DNS name nodes use to reach the API server (`<KUBE_APISERVER_DNS_NAME>`); also a SAN.
     pub dns_name: String,
+    /// The one API server port: the apiservers listen on it (Kubespray `kube_apiserver_port`),
+    /// the load balancer forwards it, nodes join on it.
     #[serde(default = "default_api_port")]
     pub port: u16,
     /// IP of the load balancer in front of the API servers, when Kubespray should pin it
@@ -160,7 +162,7 @@ pub struct Aws {
     pub vpc_id: String,
     pub subnets: Discovery,
     pub security_groups: Discovery,
-    /// Security group of the API server; must admit 6443 from the node security group.
+    /// Security group of the API server; must admit `apiServer.port` from the node security group.
     #[serde(rename = "controlPlaneSecurityGroupID")]
     pub control_plane_security_group_id: String,
     pub node_role: String,
