@@ -87,6 +87,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::kubean::kubespray_vars::KubesprayJoinVars,
     &rules::userdata::join_credentials::MalformedJoinCredentials,
     &rules::nodeclass::kubeadm_on_eks_ami::KubeadmJoinOnEksAmi,
+    &rules::cluster::ccm_cluster_id::CcmClusterId,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

@@ -285,6 +285,12 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
                     port = spec.api_server.port
                 ),
             },
+            // Karpenter tags what it launches itself (and the EC2NodeClass CEL rules forbid
+            // kubernetes.io/cluster tags there); the Kubean-built instances need it by hand.
+            "kubeanInstances": {
+                "tag": { "key": format!("kubernetes.io/cluster/{}", cluster.metadata.name), "value": "owned" },
+                "apply": "tag every Kubean-built instance (control plane, etcd, infra) so the AWS cloud controller manager counts them in this cluster",
+            },
             "apiServerLoadBalancer": format!(
                 "listen on {dns}:{port} and forward to TCP {port} on every control-plane node",
                 dns = spec.api_server.dns_name,

@@ -72,7 +72,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`.",
+        "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`, among them `kubernetes.io/cluster/{name}=owned` on every Kubean-built instance (Karpenter tags its own). The cloud controller manager's cluster ID (`KubernetesClusterID = {name}` in `cloud/aws-cloud-controller-manager.yaml`) is Karpenter's `clusterName`.",
         spec.aws.node_instance_profile
     );
     let step4 = match spec.join.mode {

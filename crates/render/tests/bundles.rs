@@ -275,3 +275,66 @@ fn a_non_default_api_port_is_the_same_everywhere() {
     let vars = group_vars(&render_spec(&spec_named("example")));
     assert_eq!(vars["kube_apiserver_port"], 6443);
 }
+
+/// Issue 11 item 1. cloud-provider-aws exits at start without a cluster ID (kubernetes/
+/// cloud-provider-aws v1.35.2 pkg/providers/v1/tags.go: "AWS cloud failed to find ClusterID";
+/// aws.go reads it from `[Global] KubernetesClusterID` of the file `--cloud-config` names, else
+/// from a kubernetes.io/cluster/<id> tag on its own instance). The rendered DaemonSet must read
+/// a cloud config whose ID is Karpenter's clusterName, for every spec.
+#[test]
+fn the_ccm_reads_a_cluster_id_equal_to_karpenters_cluster_name() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+        let cluster_name = values["settings"]["clusterName"].as_str().unwrap();
+        let docs = yaml_docs(&bundle.files["cloud/aws-cloud-controller-manager.yaml"]);
+        let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let path = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|a| a.as_str()?.strip_prefix("--cloud-config="))
+            .unwrap_or_else(|| panic!("{name}: the CCM has no --cloud-config"));
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| path.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{name}: {path} is not on a mounted volume"));
+        let key = &path[mount["mountPath"].as_str().unwrap().len() + 1..];
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        let config_map = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ConfigMap" && d["metadata"]["name"] == volume["configMap"]["name"]
+            })
+            .unwrap_or_else(|| panic!("{name}: the cloud config ConfigMap is not rendered"));
+        assert_eq!(
+            config_map["metadata"]["namespace"],
+            ds["metadata"]["namespace"]
+        );
+        let conf = config_map["data"][key].as_str().unwrap();
+        assert_eq!(
+            conf,
+            format!("[Global]\nKubernetesClusterID = {cluster_name}\n"),
+            "{name}"
+        );
+        // The Kubean-built instances get the tag by hand (Karpenter tags its own).
+        let discovery: serde_json::Value =
+            serde_json::from_str(&bundle.files["iam/discovery.json"]).unwrap();
+        assert_eq!(
+            discovery["kubeanInstances"]["tag"],
+            serde_json::json!({ "key": format!("kubernetes.io/cluster/{cluster_name}"), "value": "owned" })
+        );
+        assert!(bundle.files["ORDER.md"].contains(&format!(
+            "`kubernetes.io/cluster/{cluster_name}=owned` on every Kubean-built instance"
+        )));
+    }
+}
