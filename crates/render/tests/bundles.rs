@@ -338,3 +338,61 @@ fn the_ccm_reads_a_cluster_id_equal_to_karpenters_cluster_name() {
         )));
     }
 }
+
+/// Issue 11 item 2: the device plugin against NVIDIA's static manifest for the pinned line
+/// (NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml, v0.17.0): not
+/// privileged, allowPrivilegeEscalation false, capabilities drop ALL, the device-plugins
+/// hostPath, system-node-critical. Upstream sets FAIL_ON_INIT_ERROR=false because it runs on
+/// every node; ours runs only on GPU nodes and keeps --fail-on-init-error=true (gpu.rs says why).
+#[test]
+fn the_device_plugin_keeps_what_nvidias_static_manifest_needs() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let Some(text) = bundle.files.get("gpu/nvidia-device-plugin.yaml") else {
+            continue;
+        };
+        let docs = yaml_docs(text);
+        let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(
+            c["securityContext"]["allowPrivilegeEscalation"], false,
+            "{name}"
+        );
+        assert_eq!(
+            c["securityContext"]["capabilities"]["drop"],
+            serde_json::json!(["ALL"])
+        );
+        assert!(c["securityContext"].get("privileged").is_none(), "{name}");
+        assert_eq!(pod["priorityClassName"], "system-node-critical");
+        assert_eq!(
+            c["volumeMounts"][0]["mountPath"],
+            "/var/lib/kubelet/device-plugins"
+        );
+        assert_eq!(
+            pod["volumes"][0]["hostPath"]["path"],
+            "/var/lib/kubelet/device-plugins"
+        );
+        assert_eq!(c["args"][0], "--fail-on-init-error=true", "{name}");
+        // Every GPU pool taint is tolerated (upstream tolerates only nvidia.com/gpu:NoSchedule).
+        for pool in cluster
+            .spec
+            .pools
+            .iter()
+            .filter(|p| p.pool_type == kk_spec::PoolType::Gpu)
+        {
+            for t in &pool.taints {
+                assert!(
+                    pod["tolerations"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|tol| tol["key"] == t.key.as_str()
+                            && tol["effect"] == t.effect.as_str()),
+                    "{name}: {} not tolerated",
+                    t.key
+                );
+            }
+        }
+    }
+}
