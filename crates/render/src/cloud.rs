@@ -6,7 +6,7 @@
 use kk_spec::ElasticCluster;
 use serde_json::{Value, json};
 
-use crate::names::{INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
 use crate::{Bundle, RenderError};
 
 const NAME: &str = "aws-cloud-controller-manager";
@@ -123,7 +123,8 @@ fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
         "controller": {
             "region": cluster.spec.aws.region,
             "nodeSelector": { INFRA_ROLE_LABEL: "" },
-            "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+            "tolerations": names::infra_tolerations(&cluster.spec),
+            "replicaCount": names::infra_replicas(&cluster.spec),
         },
         "node": {
             // Every node, Karpenter's included, needs the node plugin to mount volumes.

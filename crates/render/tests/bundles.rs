@@ -396,3 +396,54 @@ fn the_device_plugin_keeps_what_nvidias_static_manifest_needs() {
         }
     }
 }
+
+/// Issue 11 item 5: the controllers pinned to infra nodes tolerate the infra taints and do not
+/// ask for more replicas than there are infra nodes. Karpenter's chart (shared/charts/
+/// karpenter-1.14.1/values.yaml) defaults to `replicas: 2` with required hostname
+/// podAntiAffinity and tolerates only CriticalAddonsOnly.
+#[test]
+fn infra_controllers_tolerate_the_infra_taints_and_fit_the_infra_nodes() {
+    // secrets-manager-arm: one infra node tainted dedicated=infra:NoSchedule.
+    let cluster = spec_named("secrets-manager-arm");
+    assert_eq!(
+        cluster.spec.kubean.infra_taints,
+        ["dedicated=infra:NoSchedule"]
+    );
+    let bundle = render_spec(&cluster);
+    let dedicated = serde_json::json!({
+        "key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"
+    });
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    let ebs = &yaml_docs(&bundle.files["cloud/ebs-csi-values.yaml"])[0]["controller"];
+    let rotator = yaml_docs(&bundle.files["rotator/join-token-rotator.yaml"])
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    for (what, tolerations) in [
+        ("karpenter", &values["tolerations"]),
+        ("ebs-csi controller", &ebs["tolerations"]),
+        (
+            "rotator",
+            &rotator["spec"]["template"]["spec"]["tolerations"],
+        ),
+    ] {
+        assert!(
+            tolerations.as_array().unwrap().contains(&dedicated),
+            "{what}: {tolerations}"
+        );
+    }
+    assert_eq!(
+        values["replicas"], 1,
+        "one infra node: one Karpenter replica"
+    );
+    assert_eq!(ebs["replicaCount"], 1);
+    assert_eq!(rotator["spec"]["replicas"], 1);
+    // The example: two infra nodes, CriticalAddonsOnly only: two replicas, no extra toleration.
+    let bundle = render_spec(&spec_named("example"));
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    assert_eq!(values["replicas"], 2);
+    assert_eq!(
+        values["tolerations"],
+        serde_json::json!([{ "key": "CriticalAddonsOnly", "operator": "Exists" }])
+    );
+}
