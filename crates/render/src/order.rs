@@ -76,9 +76,25 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         spec.aws.node_instance_profile
     );
     let step4 = match spec.join.mode {
-        JoinMode::Static => "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create it before it is needed: `kubeadm token create` with a TTL that outlives the pool.".to_owned(),
-        JoinMode::Ssm => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
-        JoinMode::SecretsManager => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
+        // The token is already in every EC2NodeClass's userData, so naming it here reveals nothing
+        // more; `kubeadm token create` without it would mint a different, random token.
+        JoinMode::Static => format!(
+            "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create exactly that token on a control-plane node before the first node joins: `kubeadm token create {} --ttl 0 --description \"kubean-karpenter static join token for {name}\"` (`--ttl 0`: nodes join with it for the pool's whole life; use the ssm or secrets-manager mode to rotate it). Nodes pin the CA hash `{}`.",
+            spec.join.token.as_deref().unwrap_or_default(),
+            spec.join.ca_cert_hash.as_deref().unwrap_or(&ca.cert_hash),
+        ),
+        JoinMode::Ssm => format!(
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            names::join_store(spec, name),
+            ca.cert_hash,
+            files("rotator/")
+        ),
+        JoinMode::SecretsManager => format!(
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            names::join_store(spec, name),
+            ca.cert_hash,
+            files("rotator/")
+        ),
     };
     let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
     let _ = writeln!(

@@ -447,3 +447,30 @@ fn infra_controllers_tolerate_the_infra_taints_and_fit_the_infra_nodes() {
         serde_json::json!([{ "key": "CriticalAddonsOnly", "operator": "Exists" }])
     );
 }
+
+/// Issue 11 item 9: in static mode ORDER.md creates exactly the token the userData carries
+/// (`kubeadm token create` without an argument generates a random one that no node uses);
+/// in the store modes ORDER.md names no token at all.
+#[test]
+fn static_mode_order_creates_the_token_the_userdata_carries() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let order = &bundle.files["ORDER.md"];
+        match &cluster.spec.join.token {
+            Some(token) => {
+                let command = format!("`kubeadm token create {token} --ttl 0 ");
+                assert!(order.contains(&command), "{name}: {order}");
+                for (_, object) in bundle.manifests() {
+                    if object["kind"] == "EC2NodeClass" {
+                        let user_data = object["spec"]["userData"].as_str().unwrap();
+                        assert!(user_data.contains(&format!("TOKEN='{token}'")), "{name}");
+                    }
+                }
+            }
+            None => assert!(
+                !order.contains("kubeadm token create "),
+                "{name}: a store mode's ORDER.md names a token"
+            ),
+        }
+    }
+}
