@@ -14,7 +14,7 @@ mod order;
 mod pools;
 mod rotator;
 pub mod userdata;
-mod verify;
+pub mod verify;
 
 use std::collections::BTreeMap;
 

@@ -43,7 +43,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         bundle
             .files
             .keys()
-            .filter(|p| p.starts_with(dir))
+            .filter(|p| p.starts_with(dir) && p.ends_with(".yaml"))
             .map(|p| format!("`{p}`"))
             .collect::<Vec<_>>()
             .join(", ")
@@ -111,8 +111,16 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment, watch `kubectl get nodeclaims`, read `kubectl logs cuda-vectoradd-<pool>`.",
+        "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment (`kubectl scale deployment inflate-<pool> --replicas=5`). Then run the seed's checklist, `bash verify/checklist.sh` (`KUBECTL=\"kubectl --context <new cluster>\"`), which runs:",
         files("verify/")
+    );
+    for (what, args) in crate::verify::checklist(cluster) {
+        let _ = writeln!(w, "   - `kubectl {args}`: {what}");
+    }
+    let _ = writeln!(
+        w,
+        "   Where the seed's common failure points are handled: the API server security group (`iam/discovery.json`, TCP {}), an expired token (step 4; the userData says so on the console), a wrong CA hash (computed from the CA bundle; `render` refuses a pinned one that differs), `iam:PassRole` (`iam/controller-policy.json`), the NVIDIA container runtime (the GPU userData restarts containerd and checks it before joining), the device plugin's tolerations (`gpu/`, exactly the GPU pools' taints).",
+        spec.api_server.port
     );
     bundle.add_text("ORDER.md", s);
 }

@@ -474,3 +474,99 @@ fn static_mode_order_creates_the_token_the_userdata_carries() {
         }
     }
 }
+
+/// Issue 11 item 10: the seed's whole "Validation and Troubleshooting Checklist" (seed 000,
+/// section 8: eight commands) is in verify/checklist.sh and ORDER.md, with this bundle's names.
+/// The script is run against a recording fake kubectl, so every command is really issued.
+#[test]
+fn the_seeds_whole_checklist_is_emitted_and_runs() {
+    use std::process::Command;
+    let cluster = spec_named("example");
+    let bundle = render_spec(&cluster);
+    let order = &bundle.files["ORDER.md"];
+    // The seed's eight commands, its placeholders filled in.
+    let seed = [
+        "get pods -A",
+        "get nodes -o wide",
+        "get nodeclaims",
+        "get nodes -l node.lifecycle=karpenter",
+        "get nodes -l node.accelerator=nvidia-gpu",
+        "describe <gpu-node> | grep -A5 nvidia.com/gpu",
+        "logs -n karpenter deploy/karpenter",
+        "logs cuda-vectoradd-workload-gpu-l4",
+    ];
+    for command in seed {
+        assert!(
+            order.contains(&format!("`kubectl {command}`")),
+            "ORDER.md lacks {command}"
+        );
+    }
+    assert!(
+        order.contains("logs cuda-vectoradd-gpu"),
+        "every GPU pool's CUDA test"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("checklist.sh");
+    std::fs::write(&script, &bundle.files["verify/checklist.sh"]).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    if let Ok(out) = Command::new("shellcheck")
+        .args(["-s", "bash", "-f", "gcc"])
+        .arg(&script)
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "shellcheck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let log = dir.path().join("calls.log");
+    let fake = dir.path().join("kubectl");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/bash\necho \"$*\" >>{log}\n\
+             [ \"$1 $2\" = \"--context demo\" ] || exit 9\nshift 2\n\
+             if [ \"$*\" = \"get nodes -l node.accelerator=nvidia-gpu -o name\" ]; then echo node/ip-10-0-1-99; fi\n\
+             if [ \"$1\" = describe ]; then printf 'Capacity:\\n  nvidia.com/gpu: 1\\n'; fi\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    let run = Command::new("bash")
+        .arg(&script)
+        .env("KUBECTL", format!("{} --context demo", fake.display()))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        calls,
+        "--context demo get pods -A\n\
+         --context demo get nodes -o wide\n\
+         --context demo get nodeclaims\n\
+         --context demo get nodes -l node.lifecycle=karpenter\n\
+         --context demo get nodes -l node.accelerator=nvidia-gpu\n\
+         --context demo get nodes -l node.accelerator=nvidia-gpu -o name\n\
+         --context demo describe node/ip-10-0-1-99\n\
+         --context demo logs -n karpenter deploy/karpenter\n\
+         --context demo logs cuda-vectoradd-workload-gpu-l4\n\
+         --context demo logs cuda-vectoradd-gpu\n"
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("nvidia.com/gpu: 1"));
+}
