@@ -99,17 +99,26 @@ fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
         return;
     };
     let spec = repo().join("crates/spec/src/example.yaml");
-    // Namespaces the bundle uses exist in a real cluster; create them here.
+    // Kubean's namespace exists in the management cluster (Kubean is installed there); the
+    // bundle creates Karpenter's namespace itself.
     let ns = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         ns.path(),
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-system}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: karpenter}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-system}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: default}\n",
     )
     .unwrap();
     let _ = apply(&testbed, &[ns.path().to_str().unwrap()]);
+    // The testbed plays both clusters: Kubean's management cluster and the new one.
     let out = apply(
         &testbed,
-        &["--dry-run=server", "-o", "json", spec.to_str().unwrap()],
+        &[
+            "--mgmt-kubeconfig",
+            testbed.kubeconfig.to_str().unwrap(),
+            "--dry-run=server",
+            "-o",
+            "json",
+            spec.to_str().unwrap(),
+        ],
     );
     assert!(
         out.status.success(),
@@ -130,5 +139,89 @@ fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
             .unwrap()
             .iter()
             .all(|o| o["result"] == "accepted (server dry run)")
+    );
+}
+
+/// Issue 11 item 7: a real apply of a whole spec in a fresh cluster. Karpenter's namespace did
+/// not exist until Helm created it two steps after the rotator was applied into it; now the
+/// bundle creates it first. kubean/ goes to the management cluster only when one is named.
+#[test]
+fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_management_cluster() {
+    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply order") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    let example = kk_spec::EXAMPLE
+        .replace(
+            "    namespace: karpenter\n",
+            "    namespace: karpenter-order-test\n",
+        )
+        .replace(
+            "    namespace: kubean-system\n",
+            "    namespace: kubean-order-test\n",
+        );
+    assert_ne!(example, kk_spec::EXAMPLE);
+    std::fs::write(&spec, &example).unwrap();
+    // No management cluster named: refused before anything is sent.
+    let out = apply(&testbed, &[spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kubean/ object(s) belong to the management cluster where Kubean runs")
+            && stderr.contains("--mgmt-context"),
+        "{stderr}"
+    );
+    // Kubean's namespace exists where Kubean runs.
+    let ns = dir.path().join("ns.yaml");
+    std::fs::write(
+        &ns,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-order-test}\n",
+    )
+    .unwrap();
+    let out = apply(&testbed, &[ns.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = apply(
+        &testbed,
+        &[
+            "--mgmt-kubeconfig",
+            testbed.kubeconfig.to_str().unwrap(),
+            "-o",
+            "json",
+            spec.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let order: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let at = |what: &str| {
+        order
+            .iter()
+            .position(|o| o == what)
+            .unwrap_or_else(|| panic!("{what} not applied: {order:?}"))
+    };
+    assert!(at("Namespace/karpenter-order-test") < at("ServiceAccount/kubean-karpenter-rotator"));
+    assert!(
+        at("Cluster/demo") < at("Namespace/karpenter-order-test"),
+        "kubean/ first"
     );
 }

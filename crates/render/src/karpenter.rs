@@ -41,10 +41,25 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
     })
 }
 
+/// Karpenter's namespace, which the rotator (step 4) lives in, before Helm (step 5) would create
+/// it. Applied first in the new cluster. No managed-by label: pruning our objects must never
+/// delete the namespace Karpenter runs in.
+fn namespace(cluster: &ElasticCluster) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": cluster.spec.karpenter.namespace },
+    })
+}
+
 pub fn render(
     cluster: &ElasticCluster,
     ca: &ClusterCa,
     bundle: &mut Bundle,
 ) -> Result<(), RenderError> {
+    bundle.add_yaml(
+        &format!("namespaces/{}.yaml", cluster.spec.karpenter.namespace),
+        &[namespace(cluster)],
+    )?;
     bundle.add_yaml("karpenter/values.yaml", &[values(cluster, ca)])
 }

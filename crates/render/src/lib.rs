@@ -119,6 +119,21 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     Ok(bundle)
 }
 
+/// Whether the spec names no CA yet: stage 1 of the two-stage flow.
+pub fn is_stage1(cluster: &ElasticCluster) -> bool {
+    cluster.spec.ca_bundle == kk_spec::CaBundleSource::default()
+}
+
+/// Stage 1: before Kubean has built the control plane there is no cluster CA, and everything
+/// but `kubean/` needs it (Karpenter's `clusterCABundle`, the join's CA hash). Renders `kubean/`
+/// for the management cluster and an ORDER.md that says how to reach stage 2.
+pub fn render_stage1(cluster: &ElasticCluster) -> Result<Bundle, RenderError> {
+    let mut bundle = Bundle::default();
+    kubean::render(cluster, &mut bundle)?;
+    order::render_stage1(cluster, &mut bundle);
+    Ok(bundle)
+}
+
 /// The CA PEM when the spec carries it inline (`caBundle.base64`); `None` when it
 /// must be read from a file or kubeconfig.
 pub fn inline_ca_pem(cluster: &ElasticCluster) -> Option<Result<Vec<u8>, RenderError>> {

@@ -9,8 +9,9 @@ use crate::ca::ClusterCa;
 use crate::{Bundle, names};
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 7] = [
+const APPLY_ORDER: [&str; 8] = [
     "kubean/",
+    "namespaces/",
     "cloud/",
     "rotator/",
     "gpu/",
@@ -36,6 +37,58 @@ pub fn manifest_paths(bundle: &Bundle) -> Vec<String> {
     out
 }
 
+/// Where Kubean stores the new cluster's admin kubeconfig once its `kubeconfig.yml` post-hook
+/// ran (kubean-io/kubean playbooks/kubeconfig.yml, v0.37.0: ConfigMap `<cluster>-kubeconf`,
+/// created `--from-file` of the kubeconfig, so its key is `config`, in the spray job's
+/// namespace; the Cluster's `spec.kubeconfRef` then names it).
+fn kubeconf_configmap(cluster: &ElasticCluster) -> String {
+    format!("{}-kubeconf", cluster.metadata.name)
+}
+
+fn two_clusters(cluster: &ElasticCluster) -> String {
+    format!(
+        "Two clusters are involved: **the management cluster**, where Kubean runs (`kubean/` goes there: `kubean-karpenter apply --mgmt-context <ctx>` or `spec.kubean.managementCluster`), and **the new cluster** `{}` that Kubean builds (everything else: `--context`/`--kubeconfig` or `spec.access`).\n",
+        cluster.metadata.name
+    )
+}
+
+fn fetch_kubeconfig(cluster: &ElasticCluster) -> String {
+    let name = &cluster.metadata.name;
+    format!(
+        "`umask 077; kubectl --context <management> -n {ns} get configmap {cm} -o jsonpath='{{.data.config}}' > {name}.kubeconfig` (Kubean's `kubeconfig.yml` post-hook writes it; it holds admin credentials, keep it private)",
+        ns = cluster.spec.kubean.namespace,
+        cm = kubeconf_configmap(cluster),
+    )
+}
+
+pub fn render_stage1(cluster: &ElasticCluster, bundle: &mut Bundle) {
+    let spec = &cluster.spec;
+    let name = &cluster.metadata.name;
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "# {name}: stage 1 of 2 (no cluster CA yet)\n");
+    let _ = writeln!(
+        w,
+        "`spec.caBundle` is not set: the cluster CA does not exist until Kubean has built the control plane, and everything but `kubean/` needs it (Karpenter's `clusterCABundle`, the CA hash nodes join with). This bundle holds only `kubean/`.\n"
+    );
+    let _ = writeln!(w, "{}", two_clusters(cluster));
+    let _ = writeln!(
+        w,
+        "1. **On the management cluster**, create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply `kubean/` (`kubean-karpenter apply <spec> --mgmt-context <ctx>`) and wait for the ClusterOperation `{name}-install` to succeed.",
+        spec.kubean.ssh.private_key_secret, spec.kubean.namespace
+    );
+    let _ = writeln!(
+        w,
+        "2. **Take the new cluster's kubeconfig from Kubean**: {}.",
+        fetch_kubeconfig(cluster)
+    );
+    let _ = writeln!(
+        w,
+        "3. **Stage 2**: set `caBundle: {{kubeconfig: {{path: {name}.kubeconfig}}}}` and `access: {{kubeconfig: {name}.kubeconfig}}` in the spec and render again: the full bundle and its ORDER.md follow."
+    );
+    bundle.add_text("ORDER.md", s);
+}
+
 pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     let spec = &cluster.spec;
     let name = &cluster.metadata.name;
@@ -58,16 +111,19 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         w,
         "Rendered by kubean-karpenter from the ElasticCluster spec. Apply in this order.\n"
     );
+    let _ = writeln!(w, "{}", two_clusters(cluster));
     let _ = writeln!(
         w,
-        "1. **Kubean builds the control plane, etcd and infra workers.** Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}.",
+        "1. **Kubean builds the control plane, etcd and infra workers** (management cluster). Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}. When the ClusterOperation `{name}-install` has succeeded, take the new cluster's kubeconfig: {}.",
         spec.kubean.ssh.private_key_secret,
         spec.kubean.namespace,
-        files("kubean/")
+        files("kubean/"),
+        fetch_kubeconfig(cluster)
     );
     let _ = writeln!(
         w,
-        "2. **CNI, AWS cloud controller manager, EBS CSI driver.** The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        files("namespaces/"),
         spec.kubean.network_plugin
     );
     let _ = writeln!(

@@ -570,3 +570,30 @@ fn the_seeds_whole_checklist_is_emitted_and_runs() {
     );
     assert!(String::from_utf8_lossy(&run.stdout).contains("nvidia.com/gpu: 1"));
 }
+
+/// Issue 11 item 7: every namespaced object of the new cluster lands in a namespace that exists
+/// by then: kube-system / default, or a Namespace applied earlier in the bundle's order. (The
+/// rotator lives in Karpenter's namespace, which Helm would only create two steps later.)
+#[test]
+fn every_namespace_is_created_before_the_objects_in_it() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let mut existing: Vec<String> = vec!["kube-system".into(), "default".into()];
+        for (path, object) in bundle.manifests() {
+            if path.starts_with("kubean/") {
+                continue; // Kubean's management cluster
+            }
+            if object["kind"] == "Namespace" {
+                existing.push(object["metadata"]["name"].as_str().unwrap().to_owned());
+                continue;
+            }
+            if let Some(ns) = object["metadata"]["namespace"].as_str() {
+                assert!(
+                    existing.iter().any(|e| e == ns),
+                    "{name}: {path} {} lands in namespace {ns}, not created before it",
+                    object["kind"]
+                );
+            }
+        }
+    }
+}

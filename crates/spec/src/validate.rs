@@ -100,6 +100,21 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     gpu_stack(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
     worker_kubelet_skew(&mut p, &at, spec);
+    for (path, access) in [
+        (at.key("access"), &spec.access),
+        (
+            at.key("kubean").key("managementCluster"),
+            &spec.kubean.management_cluster,
+        ),
+    ] {
+        if let Some(a) = access
+            && a.kubeconfig.is_none()
+            && a.context.is_none()
+        {
+            p.push((path, "set kubeconfig, context or both".into()));
+        }
+    }
+
     p
 }
 
@@ -253,10 +268,11 @@ fn ca_bundle(p: &mut Problems, at: &FieldPath, ca: &CaBundleSource) {
     .iter()
     .filter(|b| **b)
     .count();
-    if set != 1 {
+    // None set is stage 1: the CA does not exist until Kubean has built the control plane.
+    if set > 1 {
         p.push((
             at.clone(),
-            format!("set exactly one of file, base64, kubeconfig (found {set})"),
+            format!("set one of file, base64, kubeconfig (found {set})"),
         ));
     }
     if let Some(b64) = &ca.base64 {
