@@ -225,3 +225,116 @@ fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_mana
         "kubean/ first"
     );
 }
+
+/// Issue 11 item 7, stage 2: `kubeconfig` reads the new cluster's kubeconfig from Kubean's
+/// `<cluster>-kubeconf` ConfigMap (key `config`; kubean-io/kubean playbooks/kubeconfig.yml,
+/// v0.37.0) on the management cluster and writes it 0600, printing the CA hash and never the
+/// admin credentials. The testbed plays the management cluster.
+#[test]
+fn stage_two_takes_the_kubeconfig_kubean_stored() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(testbed) = kk_live::testbed::require(&repo(), "cli kubeconfig") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.yaml");
+    let example = kk_spec::EXAMPLE
+        .replace("name: demo ", "name: stagetwo ")
+        .replace(
+            "    namespace: kubean-system\n",
+            "    namespace: kubean-stage-two\n",
+        );
+    std::fs::write(&spec, &example).unwrap();
+    let ca = example
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("base64: "))
+        .unwrap();
+    let secret_key = "RkFLRS1BRE1JTi1LRVktZm9yLXRoZS10ZXN0";
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster.local\n  cluster:\n    certificate-authority-data: {ca}\n    server: https://10.0.1.10:6443\ncontexts:\n- name: kubernetes-admin@cluster.local\n  context: {{cluster: cluster.local, user: kubernetes-admin}}\ncurrent-context: kubernetes-admin@cluster.local\nusers:\n- name: kubernetes-admin\n  user: {{client-certificate-data: Q0VSVA==, client-key-data: {secret_key}}}\n"
+    );
+    let target = dir.path().join("stagetwo.kubeconfig");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+            .arg("kubeconfig")
+            .arg(&spec)
+            .arg("-f")
+            .arg(&target)
+            .arg("--mgmt-kubeconfig")
+            .arg(&testbed.kubeconfig)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Before Kubean's post-hook ran: a clear error, nothing written.
+    let ns = dir.path().join("ns.yaml");
+    std::fs::write(
+        &ns,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-stage-two}\n",
+    )
+    .unwrap();
+    assert!(apply(&testbed, &[ns.to_str().unwrap()]).status.success());
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ConfigMap kubean-stage-two/stagetwo-kubeconf not found"),
+        "{stderr}"
+    );
+    assert!(!target.exists());
+    // What Kubean's kubeconfig.yml creates.
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "stagetwo-kubeconf", "namespace": "kubean-stage-two" },
+        "data": { "config": kubeconfig },
+    });
+    let cm_file = dir.path().join("cm.yaml");
+    std::fs::write(&cm_file, serde_json::to_string(&cm).unwrap()).unwrap();
+    assert!(
+        apply(&testbed, &[cm_file.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = run(&["-o", "json"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stdout.contains(secret_key) && !stderr.contains(secret_key),
+        "the admin key leaked"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["caCertHash"],
+        "sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), kubeconfig);
+    let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // An existing file is kept without --force.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pass --force"));
+    // Stage 2 renders the whole bundle from it.
+    let staged = example.replacen(
+        &format!("    base64: {ca}\n"),
+        "    kubeconfig: {path: stagetwo.kubeconfig}\n",
+        1,
+    );
+    assert_ne!(staged, example);
+    std::fs::write(&spec, staged).unwrap();
+    let bundle = dir.path().join("bundle");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .arg("render")
+        .arg(&spec)
+        .arg("-o")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(bundle.join("karpenter/values.yaml").is_file());
+}

@@ -55,7 +55,7 @@ fn two_clusters(cluster: &ElasticCluster) -> String {
 fn fetch_kubeconfig(cluster: &ElasticCluster) -> String {
     let name = &cluster.metadata.name;
     format!(
-        "`umask 077; kubectl --context <management> -n {ns} get configmap {cm} -o jsonpath='{{.data.config}}' > {name}.kubeconfig` (Kubean's `kubeconfig.yml` post-hook writes it; it holds admin credentials, keep it private)",
+        "`kubean-karpenter kubeconfig <spec> -f {name}.kubeconfig --mgmt-context <management>` (it writes the file 0600 and prints the CA hash), or `umask 077; kubectl --context <management> -n {ns} get configmap {cm} -o jsonpath='{{.data.config}}' > {name}.kubeconfig` (Kubean's `kubeconfig.yml` post-hook writes the ConfigMap; it holds admin credentials, keep it private)",
         ns = cluster.spec.kubean.namespace,
         cm = kubeconf_configmap(cluster),
     )
