@@ -238,11 +238,14 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     };
     let dir = tempfile::tempdir().unwrap();
     let spec = dir.path().join("spec.yaml");
+    // Fresh names per run: the testbed keeps what earlier runs created.
+    let cluster = format!("stage2-{}", std::process::id());
+    let namespace = format!("kubean-{cluster}");
     let example = kk_spec::EXAMPLE
-        .replace("name: demo ", "name: stagetwo ")
+        .replace("name: demo ", &format!("name: {cluster} "))
         .replace(
             "    namespace: kubean-system\n",
-            "    namespace: kubean-stage-two\n",
+            &format!("    namespace: {namespace}\n"),
         );
     std::fs::write(&spec, &example).unwrap();
     let ca = example
@@ -253,7 +256,7 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster.local\n  cluster:\n    certificate-authority-data: {ca}\n    server: https://10.0.1.10:6443\ncontexts:\n- name: kubernetes-admin@cluster.local\n  context: {{cluster: cluster.local, user: kubernetes-admin}}\ncurrent-context: kubernetes-admin@cluster.local\nusers:\n- name: kubernetes-admin\n  user: {{client-certificate-data: Q0VSVA==, client-key-data: {secret_key}}}\n"
     );
-    let target = dir.path().join("stagetwo.kubeconfig");
+    let target = dir.path().join(format!("{cluster}.kubeconfig"));
     let run = |extra: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
             .arg("kubeconfig")
@@ -270,7 +273,7 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     let ns = dir.path().join("ns.yaml");
     std::fs::write(
         &ns,
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: kubean-stage-two}\n",
+        format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n"),
     )
     .unwrap();
     assert!(apply(&testbed, &[ns.to_str().unwrap()]).status.success());
@@ -278,14 +281,16 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("ConfigMap kubean-stage-two/stagetwo-kubeconf not found"),
+        stderr.contains(&format!(
+            "ConfigMap {namespace}/{cluster}-kubeconf not found"
+        )),
         "{stderr}"
     );
     assert!(!target.exists());
     // What Kubean's kubeconfig.yml creates.
     let cm = serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": { "name": "stagetwo-kubeconf", "namespace": "kubean-stage-two" },
+        "metadata": { "name": format!("{cluster}-kubeconf"), "namespace": namespace },
         "data": { "config": kubeconfig },
     });
     let cm_file = dir.path().join("cm.yaml");
@@ -318,7 +323,7 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     // Stage 2 renders the whole bundle from it.
     let staged = example.replacen(
         &format!("    base64: {ca}\n"),
-        "    kubeconfig: {path: stagetwo.kubeconfig}\n",
+        &format!("    kubeconfig: {{path: {cluster}.kubeconfig}}\n"),
         1,
     );
     assert_ne!(staged, example);
