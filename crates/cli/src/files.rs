@@ -42,7 +42,8 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
             .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())));
     }
     Err(Failure(format!(
-        "{}:{}: spec.caBundle: no source set",
+        "{}:{}: spec.caBundle: not set (stage 1): once Kubean has built the cluster, \
+         `kubean-karpenter kubeconfig` fetches its kubeconfig for caBundle.kubeconfig",
         loaded.file, loaded.document.start
     )))
 }
