@@ -14,8 +14,8 @@
 #     OUTDIR/console.log. Both mounts vanish with the namespace.
 #   * processes: a new PID namespace (unshare --pid --fork --mount-proc); when the run ends,
 #     everything it started (the fake IMDS included) is killed by the kernel.
-#   * commands: PATH starts with fakebin/ (kubeadm, systemctl, nvidia-smi,
-#     nvidia-container-runtime, aws), whose fakes log their argv as one JSON array per line to
+#   * commands: PATH starts with fakebin/ (kubeadm, systemctl, nvidia-smi, nvidia-ctk,
+#     nvidia-container-runtime, crictl, aws), whose fakes log their argv as one JSON array per line to
 #     OUTDIR/calls.log. curl, date and bash are the real ones.
 #
 # Knobs (environment; every FAKE_* variable is passed to the script's environment too):
@@ -30,6 +30,8 @@
 #   FAKE_FAST_SLEEP=1        fakebin-fast/ first on PATH: `sleep` returns at once (negative
 #                            tests of retry loops only)
 #   FAKE_INSTANCE_ID, FAKE_AZ  what the fake IMDS serves (i-0123456789abcdef0, us-east-1b)
+#   FAKE_CONTAINERD_STOPPED=1  containerd is not running at boot (default: running, runc; see
+#                            lib/containerd.sh for how systemctl, nvidia-ctk and crictl share it)
 #   SANDBOX_TIMEOUT=S        kill the script after S seconds (60; exit 124)
 #
 # OUTDIR afterwards: calls.log, imds.log (JSON lines: method, path, token, status),

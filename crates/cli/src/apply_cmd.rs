@@ -21,12 +21,22 @@ pub struct ApplyArgs {
     /// persists nothing. `none`: apply for real.
     #[arg(long, value_parser = ["none", "server"], default_value = "none")]
     dry_run: String,
-    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    /// Kubeconfig of the new cluster, where everything but kubean/ goes (default: the spec's
+    /// `access`, then $KUBECONFIG, then ~/.kube/config).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<std::path::PathBuf>,
-    /// Kubeconfig context (default: the current context).
+    /// Kubeconfig context of the new cluster (default: the spec's `access.context`, then the
+    /// current context).
     #[arg(long)]
     context: Option<String>,
+    /// Kubeconfig of the management cluster, where Kubean runs and kubean/ goes (default: the
+    /// spec's `kubean.managementCluster`, then the new cluster's kubeconfig file).
+    #[arg(long)]
+    mgmt_kubeconfig: Option<std::path::PathBuf>,
+    /// Kubeconfig context of the management cluster. kubean/ objects are refused unless this,
+    /// --mgmt-kubeconfig or the spec's `kubean.managementCluster` says where Kubean runs.
+    #[arg(long)]
+    mgmt_context: Option<String>,
     #[arg(long, default_value = "kubean-karpenter")]
     field_manager: String,
     /// Take over fields another field manager owns.
@@ -59,8 +69,40 @@ fn yaml_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), Failu
     Ok(())
 }
 
+/// (source, object) pairs in apply order.
+type Objects = Vec<(String, Value)>;
+
+/// Objects for each cluster, in order, and what the specs say about reaching the clusters.
+#[derive(Default)]
+struct Collected {
+    /// kubean/ of a bundle or spec: Kubean's management cluster.
+    management: Vec<(String, Value)>,
+    /// Everything else: the new cluster.
+    cluster: Vec<(String, Value)>,
+    management_access: Option<ClientOptions>,
+    cluster_access: Option<ClientOptions>,
+}
+
+impl Collected {
+    fn push(&mut self, source: String, rel: &str, value: Value) {
+        if rel.starts_with("kubean/") {
+            self.management.push((source, value));
+        } else {
+            self.cluster.push((source, value));
+        }
+    }
+}
+
+fn access_of(access: &Option<kk_spec::ClusterAccess>, base: &Path) -> Option<ClientOptions> {
+    access.as_ref().map(|a| ClientOptions {
+        kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
+        context: a.context.clone(),
+    })
+}
+
 /// Everything to apply, in order.
-fn collect(paths: &[String]) -> Result<Vec<(String, Value)>, Failure> {
+fn collect(paths: &[String]) -> Result<Collected, Failure> {
+    let mut collected = Collected::default();
     let mut objects = Vec::new();
     for arg in paths {
         if arg == "-" {
@@ -88,7 +130,7 @@ fn collect(paths: &[String]) -> Result<Vec<(String, Value)>, Failure> {
                     bundle.files.insert(rel, text);
                 }
                 for (rel, value) in bundle.manifests() {
-                    objects.push((format!("{arg}/{rel}"), value));
+                    collected.push(format!("{arg}/{rel}"), &rel, value);
                 }
             } else {
                 for file in files {
@@ -104,18 +146,34 @@ fn collect(paths: &[String]) -> Result<Vec<(String, Value)>, Failure> {
             let (loaded, base) = crate::load_spec(arg)?;
             let bundle = crate::files::render_spec(&loaded, &base)?;
             for (rel, value) in bundle.manifests() {
-                objects.push((format!("{arg}#{rel}"), value));
+                collected.push(format!("{arg}#{rel}"), &rel, value);
             }
+            let spec = &loaded.spec.spec;
+            collected.management_access = collected
+                .management_access
+                .or(access_of(&spec.kubean.management_cluster, &base));
+            collected.cluster_access = collected.cluster_access.or(access_of(&spec.access, &base));
         } else {
             read_manifests(&text, arg, &mut objects)?;
         }
     }
-    Ok(objects)
+    // Plain manifests go to the new cluster.
+    collected.cluster.extend(objects);
+    Ok(collected)
+}
+
+/// Namespaces first: a namespaced object is refused, even in a dry run, until its namespace
+/// exists. Namespaces the batch creates are applied (or, with --dry-run=server, checked) on
+/// their own before the rest.
+fn namespaces_first(objects: Objects) -> (Objects, Objects) {
+    objects
+        .into_iter()
+        .partition(|(_, v)| v["kind"] == "Namespace" && v["apiVersion"] == "v1")
 }
 
 pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
-    let objects = collect(&args.paths)?;
-    if objects.is_empty() {
+    let collected = collect(&args.paths)?;
+    if collected.management.is_empty() && collected.cluster.is_empty() {
         return Err(Failure("nothing to apply".into()));
     }
     let options = ApplyOptions {
@@ -124,10 +182,35 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
         force_conflicts: args.force_conflicts,
         ..Default::default()
     };
-    let client_options = ClientOptions {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
+    // The new cluster: flags, then the spec's access, then the default kubeconfig.
+    let cluster_options = if args.kubeconfig.is_some() || args.context.is_some() {
+        ClientOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+        }
+    } else {
+        collected.cluster_access.clone().unwrap_or_default()
     };
+    // The management cluster is never guessed: kubean/ must not land in the cluster it builds.
+    let management_options = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
+        Some(ClientOptions {
+            kubeconfig: args
+                .mgmt_kubeconfig
+                .clone()
+                .or_else(|| cluster_options.kubeconfig.clone()),
+            context: args.mgmt_context.clone(),
+        })
+    } else {
+        collected.management_access.clone()
+    };
+    if !collected.management.is_empty() && management_options.is_none() {
+        return Err(Failure(format!(
+            "{} kubean/ object(s) belong to the management cluster where Kubean runs, not to the \
+             cluster it builds: pass --mgmt-context (and --mgmt-kubeconfig) or set \
+             spec.kubean.managementCluster",
+            collected.management.len()
+        )));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -136,47 +219,122 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     } else {
         "applied"
     };
-    eprintln!(
-        "checking {} objects with a server-side dry run",
-        objects.len()
-    );
-    let result = runtime.block_on(async {
-        let client = kk_live::make_client(&client_options)
-            .await
-            .map_err(|e| Failure(e.to_string()))?;
-        Ok::<_, Failure>(kk_live::apply_all(&client, &objects, &options).await)
-    })?;
-    match result {
-        Ok(applied) => {
-            if args.output == "json" {
-                let list: Vec<Value> = applied
-                    .iter()
-                    .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "result": verb}))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&list)?);
-            } else {
-                for a in &applied {
-                    let ns = a
-                        .namespace
-                        .as_deref()
-                        .map(|n| format!("{n}/"))
-                        .unwrap_or_default();
-                    println!("{ns}{}/{} {verb}", a.kind, a.name);
-                }
-            }
-            Ok(std::process::ExitCode::SUCCESS)
-        }
-        Err(ApplyError::Refused(refusals)) => {
-            let mut message = String::new();
-            for r in &refusals {
-                message.push_str(&format!("{r}\nerror: "));
-            }
-            message.push_str(&format!(
-                "{} object(s) refused by the apiserver; nothing applied",
-                refusals.len()
-            ));
-            Err(Failure(message))
-        }
-        Err(other) => Err(Failure(other.to_string())),
+    let mut applied = Vec::new();
+    let mut unchecked: Vec<String> = Vec::new();
+    let mut batches: Vec<(&str, ClientOptions, Objects)> = Vec::new();
+    if let Some(mgmt) = management_options {
+        let (namespaces, rest) = namespaces_first(collected.management);
+        batches.push(("management cluster", mgmt.clone(), namespaces));
+        batches.push(("management cluster", mgmt, rest));
     }
+    let (namespaces, rest) = namespaces_first(collected.cluster);
+    batches.push(("new cluster", cluster_options.clone(), namespaces));
+    batches.push(("new cluster", cluster_options, rest));
+    // Namespaces of the batch so far: in a dry run they are not created, so objects in them
+    // cannot be checked yet (the apiserver answers 404 for the namespace).
+    let mut batch_namespaces: Vec<String> = Vec::new();
+    for (which, client_options, mut objects) in batches {
+        if objects.is_empty() {
+            continue;
+        }
+        eprintln!(
+            "{which}: checking {} objects with a server-side dry run",
+            objects.len()
+        );
+        let run = |objects: &[(String, Value)]| {
+            runtime.block_on(async {
+                let client = kk_live::make_client(&client_options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                Ok::<_, Failure>(kk_live::apply_all(&client, objects, &options).await)
+            })
+        };
+        let mut result = run(&objects)?;
+        if options.dry_run
+            && let Err(ApplyError::Refused(refusals)) = &result
+        {
+            let missing: Vec<&String> = batch_namespaces
+                .iter()
+                .filter(|ns| {
+                    refusals.iter().any(|r| {
+                        r.code == 404
+                            && r.message
+                                .contains(&format!("namespaces \"{ns}\" not found"))
+                    })
+                })
+                .collect();
+            let only_missing = refusals.iter().all(|r| {
+                r.code == 404
+                    && missing.iter().any(|ns| {
+                        r.message
+                            .contains(&format!("namespaces \"{ns}\" not found"))
+                    })
+            });
+            if only_missing {
+                let (skipped, rest): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, v)| {
+                    v["metadata"]["namespace"]
+                        .as_str()
+                        .is_some_and(|ns| missing.iter().any(|m| *m == ns))
+                });
+                unchecked.extend(skipped.iter().map(|(source, v)| {
+                    format!(
+                        "{source}: {}/{}",
+                        v["kind"].as_str().unwrap_or_default(),
+                        v["metadata"]["name"].as_str().unwrap_or_default()
+                    )
+                }));
+                objects = rest;
+                result = run(&objects)?;
+            }
+        }
+        for (_, v) in &objects {
+            if v["kind"] == "Namespace"
+                && let Some(name) = v["metadata"]["name"].as_str()
+            {
+                batch_namespaces.push(name.to_owned());
+            }
+        }
+        match result {
+            Ok(done) => applied.extend(done),
+            Err(ApplyError::Refused(refusals)) => {
+                let mut message = String::new();
+                for r in &refusals {
+                    message.push_str(&format!("{r}\nerror: "));
+                }
+                message.push_str(&format!(
+                    "{} object(s) refused by the {which}'s apiserver; {}",
+                    refusals.len(),
+                    if applied.is_empty() || options.dry_run {
+                        "nothing applied".to_owned()
+                    } else {
+                        format!("nothing more applied ({} applied before)", applied.len())
+                    }
+                ));
+                return Err(Failure(message));
+            }
+            Err(other) => return Err(Failure(format!("{which}: {other}"))),
+        }
+    }
+    for u in &unchecked {
+        eprintln!(
+            "{u}: not checked: its namespace is created by this apply (a dry run creates nothing)"
+        );
+    }
+    if args.output == "json" {
+        let list: Vec<Value> = applied
+            .iter()
+            .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "result": verb}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else {
+        for a in &applied {
+            let ns = a
+                .namespace
+                .as_deref()
+                .map(|n| format!("{n}/"))
+                .unwrap_or_default();
+            println!("{ns}{}/{} {verb}", a.kind, a.name);
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -42,13 +42,24 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
             .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())));
     }
     Err(Failure(format!(
-        "{}:{}: spec.caBundle: no source set",
+        "{}:{}: spec.caBundle: not set (stage 1): once Kubean has built the cluster, \
+         `kubean-karpenter kubeconfig` fetches its kubeconfig for caBundle.kubeconfig",
         loaded.file, loaded.document.start
     )))
 }
 
 /// The bundle of a loaded spec, its CA resolved like `render` does; errors name the spec file.
+/// Without `spec.caBundle` this is stage 1 of the two-stage flow: only `kubean/` (and an ORDER.md
+/// saying how to reach stage 2), announced on stderr.
 pub fn render_spec(loaded: &LoadedSpec, base_dir: &Path) -> Result<Bundle, Failure> {
+    if kk_render::is_stage1(&loaded.spec) {
+        eprintln!(
+            "{}: stage 1: spec.caBundle is not set (the cluster CA exists only once Kubean has built the control plane), so only kubean/ is rendered; ORDER.md says how to reach stage 2",
+            loaded.file
+        );
+        return kk_render::render_stage1(&loaded.spec)
+            .map_err(|e| Failure(format!("{}: {e}", loaded.file)));
+    }
     let ca_pem = resolve_ca(loaded, base_dir)?;
     kk_render::render(&loaded.spec, &ca_pem).map_err(|e| Failure(format!("{}: {e}", loaded.file)))
 }

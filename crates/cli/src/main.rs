@@ -6,6 +6,7 @@
 mod apply_cmd;
 mod catalog_cmd;
 mod files;
+mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
 mod token_cmd;
@@ -77,6 +78,10 @@ enum Command {
         #[command(subcommand)]
         command: token_cmd::TokenCommand,
     },
+    /// Stage 2 of the two-stage flow: write the new cluster's kubeconfig, which Kubean stored in
+    /// its `<cluster>-kubeconf` ConfigMap on the management cluster, to a 0600 file (for
+    /// `caBundle.kubeconfig` and `access`). Prints the CA hash, never the kubeconfig.
+    Kubeconfig(kubeconfig_cmd::KubeconfigArgs),
     /// Print the CA hash `kubeadm join --discovery-token-ca-cert-hash` pins (sha256:<hex>).
     CaHash(token_cmd::CaHashArgs),
     /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
@@ -108,6 +113,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Lint(args) => lint_cmd::lint(args),
         Command::Apply(args) => apply_cmd::run(args),
+        Command::Kubeconfig(args) => kubeconfig_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
         Command::Token { command } => token_cmd::token(command),

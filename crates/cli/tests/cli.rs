@@ -163,3 +163,71 @@ fn usage_errors_exit_2() {
     let result = bin().args(["render"]).output().unwrap();
     assert_eq!(result.status.code(), Some(2));
 }
+
+/// Issue 11 item 7, stage 1: before Kubean has built the control plane there is no CA; a spec
+/// without caBundle renders only kubean/ and an ORDER.md that says how to reach stage 2, and
+/// says so on stderr.
+#[test]
+fn a_spec_without_a_ca_renders_stage_one_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = kk_spec::EXAMPLE;
+    let start = example.find("  caBundle:").unwrap();
+    let end = start + example[start..].find("  kubean:").unwrap();
+    let spec = format!("{}{}", &example[..start], &example[end..]);
+    let spec_path = dir.path().join("stage1.yaml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out_dir = dir.path().join("bundle");
+    let out = bin()
+        .arg("render")
+        .arg(&spec_path)
+        .arg("-o")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("stage 1: spec.caBundle is not set"),
+        "{stderr}"
+    );
+    let mut files: Vec<String> = walk(&out_dir);
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "ORDER.md",
+            "kubean/1-hosts-conf.yaml",
+            "kubean/2-vars-conf.yaml",
+            "kubean/3-cluster.yaml",
+            "kubean/4-cluster-operation.yaml"
+        ]
+    );
+    let order = std::fs::read_to_string(out_dir.join("ORDER.md")).unwrap();
+    assert!(order.contains("stage 1 of 2"), "{order}");
+    assert!(
+        order.contains("-n kubean-system get configmap demo-kubeconf -o jsonpath='{.data.config}' > demo.kubeconfig"),
+        "{order}"
+    );
+    assert!(
+        order.contains("caBundle: {kubeconfig: {path: demo.kubeconfig}}"),
+        "{order}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            for rel in walk(&path) {
+                out.push(format!(
+                    "{}/{rel}",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
+            }
+        } else {
+            out.push(path.file_name().unwrap().to_string_lossy().to_string());
+        }
+    }
+    out
+}

@@ -217,13 +217,21 @@ fn stdin_and_directories() {
 fn a_spec_is_linted_through_its_rendered_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let init = bin().arg("init").output().unwrap();
-    // Make the GPU pool's AMI follow @latest: the finding points into the rendered bundle.
+    // Switch to static join mode: KK009 (a literal token in userData) points into the rendered
+    // bundle. (An @latest alias no longer validates: EKS-optimized AMIs have no kubeadm.)
     let spec = text(&init.stdout);
     assert!(
-        spec.contains("ami-0c0ffee0c0ffee002"),
+        spec.contains("    mode: ssm")
+            && spec.contains("    storeName: /kubean-karpenter/demo/join"),
         "the example changed"
     );
-    let spec = spec.replacen("id: ami-0c0ffee0c0ffee002", "alias: al2023@latest", 1);
+    let spec = spec
+        .replacen("    mode: ssm", "    mode: static", 1)
+        .replacen(
+            "    storeName: /kubean-karpenter/demo/join",
+            "    token: abcdef.0123456789abcdef",
+            1,
+        );
     fs::write(dir.path().join("spec.yaml"), spec).unwrap();
     let out = lint_in(dir.path(), &["spec.yaml", "--format", "json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -231,7 +239,7 @@ fn a_spec_is_linted_through_its_rendered_bundle() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|d| d["code"] == "KK007")
+        .filter(|d| d["code"] == "KK009")
         .filter_map(|d| d["file"].as_str())
         .collect();
     assert!(

@@ -28,6 +28,9 @@
 //! | KK018 | workload  | gpu-workload-tolerations (done)                                    |
 //! | KK019 | kubean    | kubespray-join-vars (done)                                         |
 //! | KK020 | userdata  | malformed-join-credentials (done)                                  |
+//! | KK021 | nodeclass | kubeadm-join-on-eks-ami (issue 11)                                 |
+//! | KK022 | cluster   | ccm-cluster-id (issue 11)                                          |
+//! | KK023 | userdata  | nvidia-runtime-without-containerd-restart (issue 11)               |
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
@@ -84,6 +87,9 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::workload::gpu_tolerations::GpuWorkloadTolerations,
     &rules::kubean::kubespray_vars::KubesprayJoinVars,
     &rules::userdata::join_credentials::MalformedJoinCredentials,
+    &rules::nodeclass::kubeadm_on_eks_ami::KubeadmJoinOnEksAmi,
+    &rules::cluster::ccm_cluster_id::CcmClusterId,
+    &rules::userdata::containerd_restart::NvidiaRuntimeWithoutRestart,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

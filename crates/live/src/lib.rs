@@ -7,6 +7,7 @@ pub mod apply;
 pub mod cahash;
 pub mod client;
 pub mod controller;
+pub mod kubeconf;
 pub mod store;
 #[doc(hidden)]
 pub mod testbed;

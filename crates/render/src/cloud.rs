@@ -6,11 +6,28 @@
 use kk_spec::ElasticCluster;
 use serde_json::{Value, json};
 
-use crate::names::{INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
 use crate::{Bundle, RenderError};
 
 const NAME: &str = "aws-cloud-controller-manager";
 const SERVICE_ACCOUNT: &str = "cloud-controller-manager";
+/// The ConfigMap holding the CCM's cloud config, and where the DaemonSet mounts it.
+pub const CLOUD_CONFIG: &str = "aws-cloud-controller-manager-config";
+const CLOUD_CONFIG_DIR: &str = "/etc/kubernetes/aws-cloud-config";
+const CLOUD_CONFIG_KEY: &str = "cloud.conf";
+
+/// The CCM's cloud config (gcfg). Without a cluster ID the CCM exits at start ("AWS cloud
+/// failed to find ClusterID", kubernetes/cloud-provider-aws v1.35.2 pkg/providers/v1/tags.go
+/// awsTagging.init) unless the instance it runs on carries a `kubernetes.io/cluster/<id>` tag;
+/// it exits before `--allow-untagged-cloud` is read. The ID is Karpenter's `clusterName`, the
+/// value of the `kubernetes.io/cluster/<name>=owned` tag Karpenter puts on what it launches, so
+/// the CCM's tag filters (load balancers, security groups) see the same cluster.
+pub fn cloud_config(cluster: &ElasticCluster) -> String {
+    format!(
+        "[Global]\nKubernetesClusterID = {}\n",
+        cluster.metadata.name
+    )
+}
 
 fn ccm_image(kubernetes_version: &str) -> String {
     // The CCM is released per Kubernetes minor, v1.<minor>.x; pin the matching line.
@@ -25,6 +42,11 @@ fn ccm_image(kubernetes_version: &str) -> String {
 fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
     let labels = json!({ MANAGED_BY.0: MANAGED_BY.1 });
     vec![
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": CLOUD_CONFIG, "namespace": "kube-system", "labels": labels },
+            "data": { CLOUD_CONFIG_KEY: cloud_config(cluster) },
+        }),
         json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": { "name": SERVICE_ACCOUNT, "namespace": "kube-system", "labels": labels },
@@ -77,10 +99,18 @@ fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
                         "containers": [{
                             "name": NAME,
                             "image": ccm_image(&cluster.spec.kubernetes_version),
-                            "args": ["--v=2", "--cloud-provider=aws", "--use-service-account-credentials=true", "--configure-cloud-routes=false"],
+                            "args": [
+                                "--v=2",
+                                "--cloud-provider=aws",
+                                format!("--cloud-config={CLOUD_CONFIG_DIR}/{CLOUD_CONFIG_KEY}"),
+                                "--use-service-account-credentials=true",
+                                "--configure-cloud-routes=false",
+                            ],
                             "env": [{ "name": "AWS_REGION", "value": cluster.spec.aws.region }],
                             "resources": { "requests": { "cpu": "200m" } },
+                            "volumeMounts": [{ "name": "cloud-config", "mountPath": CLOUD_CONFIG_DIR, "readOnly": true }],
                         }],
+                        "volumes": [{ "name": "cloud-config", "configMap": { "name": CLOUD_CONFIG } }],
                     }
                 }
             }
@@ -93,7 +123,8 @@ fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
         "controller": {
             "region": cluster.spec.aws.region,
             "nodeSelector": { INFRA_ROLE_LABEL: "" },
-            "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+            "tolerations": names::infra_tolerations(&cluster.spec),
+            "replicaCount": names::infra_replicas(&cluster.spec),
         },
         "node": {
             // Every node, Karpenter's included, needs the node plugin to mount volumes.

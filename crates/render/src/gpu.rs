@@ -55,6 +55,18 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         .map(|g| g.sharing_replicas)
         .max()
         .unwrap_or(1);
+    // Compared with NVIDIA's static manifest for v0.17.x (NVIDIA/k8s-device-plugin
+    // deployments/static/nvidia-device-plugin.yml at v0.17.0): the same unprivileged container
+    // (allowPrivilegeEscalation false, all capabilities dropped), the same device-plugins
+    // hostPath and system-node-critical priority. Two deliberate differences:
+    // - tolerations: upstream tolerates nvidia.com/gpu:NoSchedule on every node; ours tolerates
+    //   exactly the GPU pools' taints and selects only GPU nodes.
+    // - FAIL_ON_INIT_ERROR: upstream false, because its DaemonSet runs on every node and must
+    //   idle, not crash, where there is no GPU. Ours runs only on GPU nodes, where an init error
+    //   means the node can never advertise nvidia.com/gpu: true makes that a CrashLoopBackOff in
+    //   `kubectl get pods -A` (the seed's first check) instead of a Running pod that hides it.
+    //   Karpenter treats both alike (the node never initializes); the userData now stops the boot
+    //   before joining when the NVIDIA runtime is not active, so this is the last line.
     let mut container = json!({
         "name": NAME,
         "image": format!("nvcr.io/nvidia/k8s-device-plugin:{}", stack.device_plugin_version),

@@ -280,8 +280,22 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             "securityGroups": tag_target(&aws.security_groups, "node security group"),
             "controlPlaneSecurityGroup": {
                 "id": aws.control_plane_security_group_id,
-                "apply": format!("allow TCP {} from the node security group", spec.api_server.port),
+                "apply": format!(
+                    "allow TCP {port} from the node security group (and from the load balancer, if it does not preserve client IPs): the apiservers listen on {port} (kube_apiserver_port)",
+                    port = spec.api_server.port
+                ),
             },
+            // Karpenter tags what it launches itself (and the EC2NodeClass CEL rules forbid
+            // kubernetes.io/cluster tags there); the Kubean-built instances need it by hand.
+            "kubeanInstances": {
+                "tag": { "key": format!("kubernetes.io/cluster/{}", cluster.metadata.name), "value": "owned" },
+                "apply": "tag every Kubean-built instance (control plane, etcd, infra) so the AWS cloud controller manager counts them in this cluster",
+            },
+            "apiServerLoadBalancer": format!(
+                "listen on {dns}:{port} and forward to TCP {port} on every control-plane node",
+                dns = spec.api_server.dns_name,
+                port = spec.api_server.port
+            ),
         }),
     )?;
     Ok(())

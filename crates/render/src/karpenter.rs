@@ -4,7 +4,7 @@ use kk_spec::{CredentialSource, ElasticCluster};
 use serde_json::{Value, json};
 
 use crate::ca::ClusterCa;
-use crate::names::INFRA_ROLE_LABEL;
+use crate::names::{self, INFRA_ROLE_LABEL};
 use crate::{Bundle, RenderError};
 
 pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
@@ -35,7 +35,20 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
         // Karpenter must never run on nodes it manages: pin it to Kubean's infra workers.
         // The chart's default affinity (no karpenter.sh/nodepool, spread by host) stays.
         "nodeSelector": { INFRA_ROLE_LABEL: "" },
-        "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+        "tolerations": names::infra_tolerations(spec),
+        // The chart's default 2 replicas with required hostname anti-affinity: one per infra node.
+        "replicas": names::infra_replicas(spec),
+    })
+}
+
+/// Karpenter's namespace, which the rotator (step 4) lives in, before Helm (step 5) would create
+/// it. Applied first in the new cluster. No managed-by label: pruning our objects must never
+/// delete the namespace Karpenter runs in.
+fn namespace(cluster: &ElasticCluster) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": cluster.spec.karpenter.namespace },
     })
 }
 
@@ -44,5 +57,9 @@ pub fn render(
     ca: &ClusterCa,
     bundle: &mut Bundle,
 ) -> Result<(), RenderError> {
+    bundle.add_yaml(
+        &format!("namespaces/{}.yaml", cluster.spec.karpenter.namespace),
+        &[namespace(cluster)],
+    )?;
     bundle.add_yaml("karpenter/values.yaml", &[values(cluster, ca)])
 }

@@ -84,6 +84,11 @@ pub fn group_vars(cluster: &ElasticCluster) -> Value {
     lb.insert("port".into(), json!(spec.api_server.port));
     json!({
         "kube_version": version,
+        // One port end to end: the apiservers listen on it (kubeadm bindPort), the load balancer
+        // forwards it unchanged, nodes join it, the security group opens it. Kubespray's
+        // loadbalancer_apiserver.port is only the address clients use; without this the
+        // apiservers stay on 6443 (kubespray roles/kubespray_defaults/defaults/main/main.yml).
+        "kube_apiserver_port": spec.api_server.port,
         "container_manager": "containerd",
         "kube_network_plugin": spec.kubean.network_plugin,
         // No AWS value exists for external_cloud_provider: the kubelet runs with

@@ -14,7 +14,7 @@ mod order;
 mod pools;
 mod rotator;
 pub mod userdata;
-mod verify;
+pub mod verify;
 
 use std::collections::BTreeMap;
 
@@ -116,6 +116,21 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     verify::render(cluster, &rendered_pools, &mut bundle)?;
     rotator::render(cluster, &ca, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
+    Ok(bundle)
+}
+
+/// Whether the spec names no CA yet: stage 1 of the two-stage flow.
+pub fn is_stage1(cluster: &ElasticCluster) -> bool {
+    cluster.spec.ca_bundle == kk_spec::CaBundleSource::default()
+}
+
+/// Stage 1: before Kubean has built the control plane there is no cluster CA, and everything
+/// but `kubean/` needs it (Karpenter's `clusterCABundle`, the join's CA hash). Renders `kubean/`
+/// for the management cluster and an ORDER.md that says how to reach stage 2.
+pub fn render_stage1(cluster: &ElasticCluster) -> Result<Bundle, RenderError> {
+    let mut bundle = Bundle::default();
+    kubean::render(cluster, &mut bundle)?;
+    order::render_stage1(cluster, &mut bundle);
     Ok(bundle)
 }
 

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use kk_spec::{ClusterSpec, ElasticCluster, JoinMode, Pool, PoolType};
+use kk_spec::{ClusterSpec, ElasticCluster, JoinMode, NodeRole, Pool, PoolType};
+use serde_json::{Value, json};
 
 /// Label on every Karpenter-launched node (seed 000): `kubectl get nodes -l node.lifecycle=karpenter`.
 pub const LIFECYCLE_LABEL: (&str, &str) = ("node.lifecycle", "karpenter");
@@ -74,4 +75,44 @@ pub fn kubelet_flags(pool: &Pool) -> Vec<String> {
         }
     }
     flags
+}
+
+/// Tolerations for the controllers pinned to infra nodes (Karpenter, the join-token rotator,
+/// the EBS CSI controller): `CriticalAddonsOnly` (the charts' default) and every taint the spec
+/// puts on infra nodes (`kubean.infraTaints`, `key=value:Effect`), or they stay Pending there.
+pub fn infra_tolerations(spec: &ClusterSpec) -> Vec<Value> {
+    let mut out = vec![json!({ "key": "CriticalAddonsOnly", "operator": "Exists" })];
+    for taint in &spec.kubean.infra_taints {
+        let Some((key_value, effect)) = taint.rsplit_once(':') else {
+            continue;
+        };
+        let toleration = match key_value.split_once('=') {
+            Some((key, value)) => {
+                json!({ "key": key, "operator": "Equal", "value": value, "effect": effect })
+            }
+            None => json!({ "key": key_value, "operator": "Exists", "effect": effect }),
+        };
+        let key = toleration["key"].clone();
+        // CriticalAddonsOnly is tolerated whatever its value and effect already.
+        if key != "CriticalAddonsOnly" && !out.contains(&toleration) {
+            out.push(toleration);
+        }
+    }
+    out
+}
+
+/// How many Kubean nodes carry the infra role.
+pub fn infra_nodes(spec: &ClusterSpec) -> usize {
+    spec.kubean
+        .nodes
+        .iter()
+        .filter(|n| n.roles.contains(&NodeRole::Infra))
+        .count()
+}
+
+/// Replicas of an infra controller: two (one survives a node loss), but no more than there are
+/// infra nodes. Karpenter's chart requires hostname anti-affinity, so a second replica on a
+/// single infra node would stay Pending forever; one node means one replica, no HA.
+pub fn infra_replicas(spec: &ClusterSpec) -> usize {
+    infra_nodes(spec).clamp(1, 2)
 }

@@ -9,8 +9,9 @@ use crate::ca::ClusterCa;
 use crate::{Bundle, names};
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 7] = [
+const APPLY_ORDER: [&str; 8] = [
     "kubean/",
+    "namespaces/",
     "cloud/",
     "rotator/",
     "gpu/",
@@ -36,6 +37,58 @@ pub fn manifest_paths(bundle: &Bundle) -> Vec<String> {
     out
 }
 
+/// Where Kubean stores the new cluster's admin kubeconfig once its `kubeconfig.yml` post-hook
+/// ran (kubean-io/kubean playbooks/kubeconfig.yml, v0.37.0: ConfigMap `<cluster>-kubeconf`,
+/// created `--from-file` of the kubeconfig, so its key is `config`, in the spray job's
+/// namespace; the Cluster's `spec.kubeconfRef` then names it).
+fn kubeconf_configmap(cluster: &ElasticCluster) -> String {
+    format!("{}-kubeconf", cluster.metadata.name)
+}
+
+fn two_clusters(cluster: &ElasticCluster) -> String {
+    format!(
+        "Two clusters are involved: **the management cluster**, where Kubean runs (`kubean/` goes there: `kubean-karpenter apply --mgmt-context <ctx>` or `spec.kubean.managementCluster`), and **the new cluster** `{}` that Kubean builds (everything else: `--context`/`--kubeconfig` or `spec.access`).\n",
+        cluster.metadata.name
+    )
+}
+
+fn fetch_kubeconfig(cluster: &ElasticCluster) -> String {
+    let name = &cluster.metadata.name;
+    format!(
+        "`kubean-karpenter kubeconfig <spec> -f {name}.kubeconfig --mgmt-context <management>` (it writes the file 0600 and prints the CA hash), or `umask 077; kubectl --context <management> -n {ns} get configmap {cm} -o jsonpath='{{.data.config}}' > {name}.kubeconfig` (Kubean's `kubeconfig.yml` post-hook writes the ConfigMap; it holds admin credentials, keep it private)",
+        ns = cluster.spec.kubean.namespace,
+        cm = kubeconf_configmap(cluster),
+    )
+}
+
+pub fn render_stage1(cluster: &ElasticCluster, bundle: &mut Bundle) {
+    let spec = &cluster.spec;
+    let name = &cluster.metadata.name;
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "# {name}: stage 1 of 2 (no cluster CA yet)\n");
+    let _ = writeln!(
+        w,
+        "`spec.caBundle` is not set: the cluster CA does not exist until Kubean has built the control plane, and everything but `kubean/` needs it (Karpenter's `clusterCABundle`, the CA hash nodes join with). This bundle holds only `kubean/`.\n"
+    );
+    let _ = writeln!(w, "{}", two_clusters(cluster));
+    let _ = writeln!(
+        w,
+        "1. **On the management cluster**, create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply `kubean/` (`kubean-karpenter apply <spec> --mgmt-context <ctx>`) and wait for the ClusterOperation `{name}-install` to succeed.",
+        spec.kubean.ssh.private_key_secret, spec.kubean.namespace
+    );
+    let _ = writeln!(
+        w,
+        "2. **Take the new cluster's kubeconfig from Kubean**: {}.",
+        fetch_kubeconfig(cluster)
+    );
+    let _ = writeln!(
+        w,
+        "3. **Stage 2**: set `caBundle: {{kubeconfig: {{path: {name}.kubeconfig}}}}` and `access: {{kubeconfig: {name}.kubeconfig}}` in the spec and render again: the full bundle and its ORDER.md follow."
+    );
+    bundle.add_text("ORDER.md", s);
+}
+
 pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     let spec = &cluster.spec;
     let name = &cluster.metadata.name;
@@ -43,7 +96,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         bundle
             .files
             .keys()
-            .filter(|p| p.starts_with(dir))
+            .filter(|p| p.starts_with(dir) && p.ends_with(".yaml"))
             .map(|p| format!("`{p}`"))
             .collect::<Vec<_>>()
             .join(", ")
@@ -58,27 +111,46 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         w,
         "Rendered by kubean-karpenter from the ElasticCluster spec. Apply in this order.\n"
     );
+    let _ = writeln!(w, "{}", two_clusters(cluster));
     let _ = writeln!(
         w,
-        "1. **Kubean builds the control plane, etcd and infra workers.** Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}.",
+        "1. **Kubean builds the control plane, etcd and infra workers** (management cluster). Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}. When the ClusterOperation `{name}-install` has succeeded, take the new cluster's kubeconfig: {}.",
         spec.kubean.ssh.private_key_secret,
         spec.kubean.namespace,
-        files("kubean/")
+        files("kubean/"),
+        fetch_kubeconfig(cluster)
     );
     let _ = writeln!(
         w,
-        "2. **CNI, AWS cloud controller manager, EBS CSI driver.** The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        files("namespaces/"),
         spec.kubean.network_plugin
     );
     let _ = writeln!(
         w,
-        "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`.",
+        "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`, among them `kubernetes.io/cluster/{name}=owned` on every Kubean-built instance (Karpenter tags its own). The cloud controller manager's cluster ID (`KubernetesClusterID = {name}` in `cloud/aws-cloud-controller-manager.yaml`) is Karpenter's `clusterName`.",
         spec.aws.node_instance_profile
     );
     let step4 = match spec.join.mode {
-        JoinMode::Static => "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create it before it is needed: `kubeadm token create` with a TTL that outlives the pool.".to_owned(),
-        JoinMode::Ssm => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
-        JoinMode::SecretsManager => format!("The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).", names::join_store(spec, name), ca.cert_hash, files("rotator/")),
+        // The token is already in every EC2NodeClass's userData, so naming it here reveals nothing
+        // more; `kubeadm token create` without it would mint a different, random token.
+        JoinMode::Static => format!(
+            "Static mode: the token is embedded in each EC2NodeClass userData (rotating it replaces every node). Create exactly that token on a control-plane node before the first node joins: `kubeadm token create {} --ttl 0 --description \"kubean-karpenter static join token for {name}\"` (`--ttl 0`: nodes join with it for the pool's whole life; use the ssm or secrets-manager mode to rotate it). Nodes pin the CA hash `{}`.",
+            spec.join.token.as_deref().unwrap_or_default(),
+            spec.join.ca_cert_hash.as_deref().unwrap_or(&ca.cert_hash),
+        ),
+        JoinMode::Ssm => format!(
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            names::join_store(spec, name),
+            ca.cert_hash,
+            files("rotator/")
+        ),
+        JoinMode::SecretsManager => format!(
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            names::join_store(spec, name),
+            ca.cert_hash,
+            files("rotator/")
+        ),
     };
     let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
     let _ = writeln!(
@@ -95,8 +167,16 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment, watch `kubectl get nodeclaims`, read `kubectl logs cuda-vectoradd-<pool>`.",
+        "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment (`kubectl scale deployment inflate-<pool> --replicas=5`). Then run the seed's checklist, `bash verify/checklist.sh` (`KUBECTL=\"kubectl --context <new cluster>\"`), which runs:",
         files("verify/")
+    );
+    for (what, args) in crate::verify::checklist(cluster) {
+        let _ = writeln!(w, "   - `kubectl {args}`: {what}");
+    }
+    let _ = writeln!(
+        w,
+        "   Where the seed's common failure points are handled: the API server security group (`iam/discovery.json`, TCP {}), an expired token (step 4; the userData says so on the console), a wrong CA hash (computed from the CA bundle; `render` refuses a pinned one that differs), `iam:PassRole` (`iam/controller-policy.json`), the NVIDIA container runtime (the GPU userData restarts containerd and checks it before joining), the device plugin's tolerations (`gpu/`, exactly the GPU pools' taints).",
+        spec.api_server.port
     );
     bundle.add_text("ORDER.md", s);
 }

@@ -111,8 +111,9 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": NAME, "namespace": namespace, "labels": labels },
             "spec": {
-                // Two replicas, one leader: a node loss costs at most one lease duration.
-                "replicas": 2,
+                // Two replicas, one leader: a node loss costs at most one lease duration
+                // (one on a single infra node).
+                "replicas": names::infra_replicas(spec),
                 "selector": { "matchLabels": selector },
                 "template": {
                     "metadata": { "labels": labels },
@@ -121,7 +122,7 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
                         "priorityClassName": "system-cluster-critical",
                         // Never on nodes Karpenter manages: they need the token to exist.
                         "nodeSelector": { INFRA_ROLE_LABEL: "" },
-                        "tolerations": [{ "key": "CriticalAddonsOnly", "operator": "Exists" }],
+                        "tolerations": names::infra_tolerations(spec),
                         "affinity": {
                             "podAntiAffinity": {
                                 "preferredDuringSchedulingIgnoredDuringExecution": [{

@@ -149,6 +149,10 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
     let _ = writeln!(w, "KUBELET_EXTRA_ARGS={}", flags.join(" "));
     w.push_str("EOF\n");
     w.push_str("cat >/etc/systemd/system/kubelet.service.d/20-kubean-karpenter.conf <<'EOF'\n[Service]\nEnvironmentFile=/etc/kubean-karpenter/kubelet-flags.env\nEOF\n");
+    w.push_str(JOIN_PREFLIGHT);
+    if boot.pool.pool_type == PoolType::Gpu && spec.gpu.is_some() {
+        w.push_str(GPU_RUNTIME_RESTART);
+    }
     w.push_str(JOIN_BLOCK);
     s
 }
@@ -237,13 +241,33 @@ EXPIRES_AT="$(date -d "$EXPIRATION" +%s)" || fail "unreadable KK_EXPIRATION '$EX
 /// Without this, a missing CLI would look like an IAM problem after a minute of retries.
 const AWS_CLI_CHECK: &str = "command -v aws >/dev/null || fail \"aws CLI not found: the AMI needs it to read the join configuration\"\n";
 
-const JOIN_BLOCK: &str = r#"
+const JOIN_PREFLIGHT: &str = r#"
 [[ "$TOKEN" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "malformed bootstrap token (expected [a-z0-9]{6}.[a-z0-9]{16})"
 [[ "$CA_CERT_HASH" =~ ^sha256:[0-9a-f]{64}$ ]] || fail "malformed CA certificate hash (expected sha256:<64 hex>)"
 
 systemctl daemon-reload
 systemctl enable --now containerd
-# kubeadm starts the kubelet but does not enable it: a reboot would leave the node NotReady.
+"#;
+
+/// `nvidia-ctk runtime configure` only rewrites containerd's config file, and `enable --now`
+/// leaves a containerd that is already running (the AMI starts it before cloud-init runs the
+/// userData) on its old config: without a restart the device plugin finds no NVIDIA runtime,
+/// the node never advertises nvidia.com/gpu and stays uninitialized, billed. The check asks the
+/// running containerd through the CRI (crictl comes with kubeadm: cri-tools is its package
+/// dependency and its preflight uses it).
+const GPU_RUNTIME_RESTART: &str = r#"# nvidia-ctk changed containerd's config; a running containerd only reads it when restarted.
+systemctl restart containerd || fail "cannot restart containerd after configuring the NVIDIA runtime"
+nvidia_runtime_active() {
+  local info
+  info="$(crictl --runtime-endpoint unix:///run/containerd/containerd.sock info)" || return 1
+  grep -Eq '"defaultRuntimeName": *"nvidia"' <<<"$info"
+}
+retry 6 nvidia_runtime_active ||
+  fail "containerd does not run nvidia as its default runtime: the NVIDIA device plugin would find no GPU"
+log "containerd runs the NVIDIA runtime"
+"#;
+
+const JOIN_BLOCK: &str = r#"# kubeadm starts the kubelet but does not enable it: a reboot would leave the node NotReady.
 systemctl enable kubelet
 log "joining $API_SERVER_ENDPOINT as $INSTANCE_ID"
 kubeadm join "$API_SERVER_ENDPOINT" \

@@ -200,3 +200,400 @@ fn a_pinned_ca_hash_that_does_not_match_the_bundle_is_refused() {
         Some("sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e".into());
     assert!(render(&cluster, &ca_pem(&cluster)).is_ok());
 }
+
+fn spec_named(name: &str) -> ElasticCluster {
+    all_specs()
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no spec {name}"))
+        .1
+}
+
+fn yaml_docs(text: &str) -> Vec<serde_json::Value> {
+    kk_model::yaml::load_documents(text, Default::default())
+        .unwrap()
+        .into_iter()
+        .map(|d| d.value)
+        .collect()
+}
+
+/// The `group_vars.yml` Kubespray reads, from the vars ConfigMap.
+fn group_vars(bundle: &Bundle) -> serde_json::Value {
+    let cm = &yaml_docs(&bundle.files["kubean/2-vars-conf.yaml"])[0];
+    yaml_docs(cm["data"]["group_vars.yml"].as_str().unwrap()).remove(0)
+}
+
+/// Issue 11 item 8. Kubespray (kubernetes-sigs/kubespray
+/// roles/kubespray_defaults/defaults/main/main.yml, master 46dbdd39, 2026-08-21):
+/// `kube_apiserver_port: 6443` is where the apiservers listen (kubeadm `bindPort`), while
+/// `loadbalancer_apiserver.port` only forms the endpoint clients use. Setting only the latter
+/// leaves the apiservers on 6443 behind a load balancer and a security group that use 8443.
+#[test]
+fn a_non_default_api_port_is_the_same_everywhere() {
+    let cluster = spec_named("secrets-manager-arm");
+    assert_eq!(cluster.spec.api_server.port, 8443);
+    let bundle = render_spec(&cluster);
+    let vars = group_vars(&bundle);
+    assert_eq!(
+        vars["kube_apiserver_port"], 8443,
+        "where the apiservers listen"
+    );
+    assert_eq!(vars["loadbalancer_apiserver"]["port"], 8443);
+    let discovery: serde_json::Value =
+        serde_json::from_str(&bundle.files["iam/discovery.json"]).unwrap();
+    let sg = discovery["controlPlaneSecurityGroup"]["apply"]
+        .as_str()
+        .unwrap();
+    assert!(
+        sg.starts_with("allow TCP 8443 from the node security group"),
+        "{sg}"
+    );
+    assert!(sg.contains("the apiservers listen on 8443"), "{sg}");
+    assert_eq!(
+        discovery["apiServerLoadBalancer"],
+        "listen on api.prod-eu.corp.internal:8443 and forward to TCP 8443 on every control-plane node"
+    );
+    for (_, object) in bundle.manifests() {
+        if object["kind"] == "EC2NodeClass" {
+            let user_data = object["spec"]["userData"].as_str().unwrap();
+            assert!(
+                user_data.contains("API_SERVER_ENDPOINT='api.prod-eu.corp.internal:8443'"),
+                "{user_data}"
+            );
+        }
+    }
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    assert_eq!(
+        values["settings"]["clusterEndpoint"],
+        "https://api.prod-eu.corp.internal:8443"
+    );
+    assert!(
+        bundle.files["rotator/join-token-rotator.yaml"]
+            .contains("--api-server=api.prod-eu.corp.internal:8443")
+    );
+    // The default port stays 6443 everywhere.
+    let vars = group_vars(&render_spec(&spec_named("example")));
+    assert_eq!(vars["kube_apiserver_port"], 6443);
+}
+
+/// Issue 11 item 1. cloud-provider-aws exits at start without a cluster ID (kubernetes/
+/// cloud-provider-aws v1.35.2 pkg/providers/v1/tags.go: "AWS cloud failed to find ClusterID";
+/// aws.go reads it from `[Global] KubernetesClusterID` of the file `--cloud-config` names, else
+/// from a kubernetes.io/cluster/<id> tag on its own instance). The rendered DaemonSet must read
+/// a cloud config whose ID is Karpenter's clusterName, for every spec.
+#[test]
+fn the_ccm_reads_a_cluster_id_equal_to_karpenters_cluster_name() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+        let cluster_name = values["settings"]["clusterName"].as_str().unwrap();
+        let docs = yaml_docs(&bundle.files["cloud/aws-cloud-controller-manager.yaml"]);
+        let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let path = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|a| a.as_str()?.strip_prefix("--cloud-config="))
+            .unwrap_or_else(|| panic!("{name}: the CCM has no --cloud-config"));
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| path.starts_with(&format!("{}/", m["mountPath"].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{name}: {path} is not on a mounted volume"));
+        let key = &path[mount["mountPath"].as_str().unwrap().len() + 1..];
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        let config_map = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ConfigMap" && d["metadata"]["name"] == volume["configMap"]["name"]
+            })
+            .unwrap_or_else(|| panic!("{name}: the cloud config ConfigMap is not rendered"));
+        assert_eq!(
+            config_map["metadata"]["namespace"],
+            ds["metadata"]["namespace"]
+        );
+        let conf = config_map["data"][key].as_str().unwrap();
+        assert_eq!(
+            conf,
+            format!("[Global]\nKubernetesClusterID = {cluster_name}\n"),
+            "{name}"
+        );
+        // The Kubean-built instances get the tag by hand (Karpenter tags its own).
+        let discovery: serde_json::Value =
+            serde_json::from_str(&bundle.files["iam/discovery.json"]).unwrap();
+        assert_eq!(
+            discovery["kubeanInstances"]["tag"],
+            serde_json::json!({ "key": format!("kubernetes.io/cluster/{cluster_name}"), "value": "owned" })
+        );
+        assert!(bundle.files["ORDER.md"].contains(&format!(
+            "`kubernetes.io/cluster/{cluster_name}=owned` on every Kubean-built instance"
+        )));
+    }
+}
+
+/// Issue 11 item 2: the device plugin against NVIDIA's static manifest for the pinned line
+/// (NVIDIA/k8s-device-plugin deployments/static/nvidia-device-plugin.yml, v0.17.0): not
+/// privileged, allowPrivilegeEscalation false, capabilities drop ALL, the device-plugins
+/// hostPath, system-node-critical. Upstream sets FAIL_ON_INIT_ERROR=false because it runs on
+/// every node; ours runs only on GPU nodes and keeps --fail-on-init-error=true (gpu.rs says why).
+#[test]
+fn the_device_plugin_keeps_what_nvidias_static_manifest_needs() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let Some(text) = bundle.files.get("gpu/nvidia-device-plugin.yaml") else {
+            continue;
+        };
+        let docs = yaml_docs(text);
+        let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+        let pod = &ds["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(
+            c["securityContext"]["allowPrivilegeEscalation"], false,
+            "{name}"
+        );
+        assert_eq!(
+            c["securityContext"]["capabilities"]["drop"],
+            serde_json::json!(["ALL"])
+        );
+        assert!(c["securityContext"].get("privileged").is_none(), "{name}");
+        assert_eq!(pod["priorityClassName"], "system-node-critical");
+        assert_eq!(
+            c["volumeMounts"][0]["mountPath"],
+            "/var/lib/kubelet/device-plugins"
+        );
+        assert_eq!(
+            pod["volumes"][0]["hostPath"]["path"],
+            "/var/lib/kubelet/device-plugins"
+        );
+        assert_eq!(c["args"][0], "--fail-on-init-error=true", "{name}");
+        // Every GPU pool taint is tolerated (upstream tolerates only nvidia.com/gpu:NoSchedule).
+        for pool in cluster
+            .spec
+            .pools
+            .iter()
+            .filter(|p| p.pool_type == kk_spec::PoolType::Gpu)
+        {
+            for t in &pool.taints {
+                assert!(
+                    pod["tolerations"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|tol| tol["key"] == t.key.as_str()
+                            && tol["effect"] == t.effect.as_str()),
+                    "{name}: {} not tolerated",
+                    t.key
+                );
+            }
+        }
+    }
+}
+
+/// Issue 11 item 5: the controllers pinned to infra nodes tolerate the infra taints and do not
+/// ask for more replicas than there are infra nodes. Karpenter's chart (shared/charts/
+/// karpenter-1.14.1/values.yaml) defaults to `replicas: 2` with required hostname
+/// podAntiAffinity and tolerates only CriticalAddonsOnly.
+#[test]
+fn infra_controllers_tolerate_the_infra_taints_and_fit_the_infra_nodes() {
+    // secrets-manager-arm: one infra node tainted dedicated=infra:NoSchedule.
+    let cluster = spec_named("secrets-manager-arm");
+    assert_eq!(
+        cluster.spec.kubean.infra_taints,
+        ["dedicated=infra:NoSchedule"]
+    );
+    let bundle = render_spec(&cluster);
+    let dedicated = serde_json::json!({
+        "key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"
+    });
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    let ebs = &yaml_docs(&bundle.files["cloud/ebs-csi-values.yaml"])[0]["controller"];
+    let rotator = yaml_docs(&bundle.files["rotator/join-token-rotator.yaml"])
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    for (what, tolerations) in [
+        ("karpenter", &values["tolerations"]),
+        ("ebs-csi controller", &ebs["tolerations"]),
+        (
+            "rotator",
+            &rotator["spec"]["template"]["spec"]["tolerations"],
+        ),
+    ] {
+        assert!(
+            tolerations.as_array().unwrap().contains(&dedicated),
+            "{what}: {tolerations}"
+        );
+    }
+    assert_eq!(
+        values["replicas"], 1,
+        "one infra node: one Karpenter replica"
+    );
+    assert_eq!(ebs["replicaCount"], 1);
+    assert_eq!(rotator["spec"]["replicas"], 1);
+    // The example: two infra nodes, CriticalAddonsOnly only: two replicas, no extra toleration.
+    let bundle = render_spec(&spec_named("example"));
+    let values = &yaml_docs(&bundle.files["karpenter/values.yaml"])[0];
+    assert_eq!(values["replicas"], 2);
+    assert_eq!(
+        values["tolerations"],
+        serde_json::json!([{ "key": "CriticalAddonsOnly", "operator": "Exists" }])
+    );
+}
+
+/// Issue 11 item 9: in static mode ORDER.md creates exactly the token the userData carries
+/// (`kubeadm token create` without an argument generates a random one that no node uses);
+/// in the store modes ORDER.md names no token at all.
+#[test]
+fn static_mode_order_creates_the_token_the_userdata_carries() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let order = &bundle.files["ORDER.md"];
+        match &cluster.spec.join.token {
+            Some(token) => {
+                let command = format!("`kubeadm token create {token} --ttl 0 ");
+                assert!(order.contains(&command), "{name}: {order}");
+                for (_, object) in bundle.manifests() {
+                    if object["kind"] == "EC2NodeClass" {
+                        let user_data = object["spec"]["userData"].as_str().unwrap();
+                        assert!(user_data.contains(&format!("TOKEN='{token}'")), "{name}");
+                    }
+                }
+            }
+            None => assert!(
+                !order.contains("kubeadm token create "),
+                "{name}: a store mode's ORDER.md names a token"
+            ),
+        }
+    }
+}
+
+/// Issue 11 item 10: the seed's whole "Validation and Troubleshooting Checklist" (seed 000,
+/// section 8: eight commands) is in verify/checklist.sh and ORDER.md, with this bundle's names.
+/// The script is run against a recording fake kubectl, so every command is really issued.
+#[test]
+fn the_seeds_whole_checklist_is_emitted_and_runs() {
+    use std::process::Command;
+    let cluster = spec_named("example");
+    let bundle = render_spec(&cluster);
+    let order = &bundle.files["ORDER.md"];
+    // The seed's eight commands, its placeholders filled in.
+    let seed = [
+        "get pods -A",
+        "get nodes -o wide",
+        "get nodeclaims",
+        "get nodes -l node.lifecycle=karpenter",
+        "get nodes -l node.accelerator=nvidia-gpu",
+        "describe <gpu-node> | grep -A5 nvidia.com/gpu",
+        "logs -n karpenter deploy/karpenter",
+        "logs cuda-vectoradd-workload-gpu-l4",
+    ];
+    for command in seed {
+        assert!(
+            order.contains(&format!("`kubectl {command}`")),
+            "ORDER.md lacks {command}"
+        );
+    }
+    assert!(
+        order.contains("logs cuda-vectoradd-gpu"),
+        "every GPU pool's CUDA test"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("checklist.sh");
+    std::fs::write(&script, &bundle.files["verify/checklist.sh"]).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    if let Ok(out) = Command::new("shellcheck")
+        .args(["-s", "bash", "-f", "gcc"])
+        .arg(&script)
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "shellcheck: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let log = dir.path().join("calls.log");
+    let fake = dir.path().join("kubectl");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/bash\necho \"$*\" >>{log}\n\
+             [ \"$1 $2\" = \"--context demo\" ] || exit 9\nshift 2\n\
+             if [ \"$*\" = \"get nodes -l node.accelerator=nvidia-gpu -o name\" ]; then echo node/ip-10-0-1-99; fi\n\
+             if [ \"$1\" = describe ]; then printf 'Capacity:\\n  nvidia.com/gpu: 1\\n'; fi\n",
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod").arg("+x").arg(&fake).status().unwrap();
+    let run = Command::new("bash")
+        .arg(&script)
+        .env("KUBECTL", format!("{} --context demo", fake.display()))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        calls,
+        "--context demo get pods -A\n\
+         --context demo get nodes -o wide\n\
+         --context demo get nodeclaims\n\
+         --context demo get nodes -l node.lifecycle=karpenter\n\
+         --context demo get nodes -l node.accelerator=nvidia-gpu\n\
+         --context demo get nodes -l node.accelerator=nvidia-gpu -o name\n\
+         --context demo describe node/ip-10-0-1-99\n\
+         --context demo logs -n karpenter deploy/karpenter\n\
+         --context demo logs cuda-vectoradd-workload-gpu-l4\n\
+         --context demo logs cuda-vectoradd-gpu\n"
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("nvidia.com/gpu: 1"));
+}
+
+/// Issue 11 item 7: every namespaced object of the new cluster lands in a namespace that exists
+/// by then: kube-system / default, or a Namespace applied earlier in the bundle's order. (The
+/// rotator lives in Karpenter's namespace, which Helm would only create two steps later.)
+#[test]
+fn every_namespace_is_created_before_the_objects_in_it() {
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let mut existing: Vec<String> = vec!["kube-system".into(), "default".into()];
+        for (path, object) in bundle.manifests() {
+            if path.starts_with("kubean/") {
+                continue; // Kubean's management cluster
+            }
+            if object["kind"] == "Namespace" {
+                existing.push(object["metadata"]["name"].as_str().unwrap().to_owned());
+                continue;
+            }
+            if let Some(ns) = object["metadata"]["namespace"].as_str() {
+                assert!(
+                    existing.iter().any(|e| e == ns),
+                    "{name}: {path} {} lands in namespace {ns}, not created before it",
+                    object["kind"]
+                );
+            }
+        }
+    }
+}

@@ -560,6 +560,16 @@ fn assert_joined(o: &Outcome, class: &NodeClass, mode: Mode, token: &str) {
         "--runtime=containerd",
         "--set-as-default",
     ]);
+    // containerd is already running when cloud-init runs the userData, and `enable --now`
+    // leaves a running unit alone: the nvidia runtime that nvidia-ctk wrote into the config
+    // takes effect only after a restart, which the running containerd must then confirm.
+    let restart = o.position(&["systemctl", "restart", "containerd"]);
+    let crictl_info = o.position(&[
+        "crictl",
+        "--runtime-endpoint",
+        "unix:///run/containerd/containerd.sock",
+        "info",
+    ]);
     if class.gpu {
         let ctk = ctk.unwrap_or_else(|| panic!("{ctx}: nvidia-ctk not run\n{}", o.report()));
         assert!(
@@ -567,10 +577,40 @@ fn assert_joined(o: &Outcome, class: &NodeClass, mode: Mode, token: &str) {
             "{ctx}: nvidia-ctk after containerd started\n{}",
             o.report()
         );
+        let restart = restart.unwrap_or_else(|| {
+            panic!(
+                "{ctx}: containerd not restarted after nvidia-ctk: the running containerd keeps \
+                 its old default runtime\n{}",
+                o.report()
+            )
+        });
+        let info = crictl_info.unwrap_or_else(|| {
+            panic!(
+                "{ctx}: the running containerd's runtime is never checked\n{}",
+                o.report()
+            )
+        });
+        assert!(
+            ctk < restart && restart < info && info < joined,
+            "{ctx}: nvidia-ctk ({ctk}), restart containerd ({restart}), crictl info ({info}) and \
+             kubeadm join ({joined}) out of order\n{}",
+            o.report()
+        );
+        assert!(
+            o.stderr
+                .contains("kubean-karpenter: containerd runs the NVIDIA runtime\n"),
+            "{ctx}\n{}",
+            o.report()
+        );
     } else {
         assert!(
             ctk.is_none(),
             "{ctx}: nvidia-ctk on a CPU node\n{}",
+            o.report()
+        );
+        assert!(
+            restart.is_none() && crictl_info.is_none(),
+            "{ctx}: a CPU node restarted or queried containerd\n{}",
             o.report()
         );
     }
@@ -727,13 +767,16 @@ fn sandbox_scripts_are_shellcheck_clean() {
         .args(
             [
                 "aws",
+                "crictl",
                 "kubeadm",
                 "nvidia-container-runtime",
+                "nvidia-ctk",
                 "nvidia-smi",
                 "systemctl",
             ]
             .map(|f| sandbox.join("fakebin").join(f)),
         )
+        .arg(sandbox.join("lib/containerd.sh"))
         .arg(sandbox.join("fakebin-fast/sleep"))
         .current_dir(&sandbox)
         .output()
@@ -1040,6 +1083,43 @@ fn gpu_node_whose_driver_does_not_answer_or_lacks_the_container_runtime_is_fatal
     );
 }
 
+/// Issue 11 item 2 / the seed's "The GPU AMI is not configured with the NVIDIA container
+/// runtime": when nvidia-ctk cannot make nvidia containerd's default runtime (here the AMI has no
+/// nvidia-ctk and its containerd config names runc), the restarted containerd still runs runc
+/// and the boot stops before joining instead of leaving a node that never advertises GPUs.
+#[test]
+fn gpu_node_whose_containerd_does_not_run_the_nvidia_runtime_is_fatal() {
+    if !sandbox_or_skip("gpu_node_whose_containerd_does_not_run_the_nvidia_runtime_is_fatal") {
+        return;
+    }
+    let store = TempDir::new().unwrap();
+    let config = store_file(&store, STORE_TOKEN, FUTURE);
+    let rendered = render(Mode::Ssm);
+    for class in rendered.classes.iter().filter(|c| c.gpu) {
+        let o = run_in_sandbox(
+            &class.user_data,
+            &[
+                ("FAKE_JOIN_CONFIG", &config),
+                ("FAKE_HIDE", "nvidia-ctk"),
+                ("FAKE_FAST_SLEEP", "1"),
+            ],
+        );
+        assert_fatal(
+            &o,
+            &format!("{}: containerd keeps runc", class.name),
+            "containerd does not run nvidia as its default runtime: the NVIDIA device plugin \
+             would find no GPU",
+        );
+        assert_eq!(
+            o.calls_of("crictl").len(),
+            6,
+            "{}: six attempts to see the runtime\n{}",
+            class.name,
+            o.report()
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The sandbox itself
 
@@ -1147,7 +1227,7 @@ fn assertions_reject_broken_userdata() {
     let rendered = render(Mode::Ssm);
     let gpu = class(&rendered, "kubean-aws-gpu");
     type Mutation = (&'static str, &'static str, &'static str);
-    let mutations: [Mutation; 6] = [
+    let mutations: [Mutation; 7] = [
         (
             "provider ID without the zone",
             r#"PROVIDER_ID="aws:///${AWS_AZ}/${INSTANCE_ID}""#,
@@ -1163,6 +1243,11 @@ fn assertions_reject_broken_userdata() {
             "containerd started after the join",
             "systemctl enable --now containerd\n",
             "",
+        ),
+        (
+            "containerd not restarted after nvidia-ctk (the check would fail the boot)",
+            "systemctl restart containerd || fail",
+            "true || fail",
         ),
         (
             "an extra IMDSv1 read",

@@ -3,6 +3,7 @@
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
+pub mod kubean_support;
 mod load;
 pub mod types;
 mod validate;
@@ -34,5 +35,35 @@ mod tests {
             )
         });
         assert_eq!(loaded.spec.spec.pools.len(), 3);
+    }
+
+    fn errors_with_image(image: &str) -> Vec<String> {
+        let text = EXAMPLE.replace("ghcr.io/kubean-io/spray-job:v0.37.0", image);
+        assert_ne!(text, EXAMPLE, "the example's spray-job image changed");
+        match parse_spec(&text, "x.yaml") {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors
+                .iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_kubean_release_must_be_named_and_known() {
+        assert_eq!(
+            errors_with_image("ghcr.io/kubean-io/spray-job"),
+            [
+                "spec.kubean.sprayJobImage: name the Kubean release in the image tag (e.g. ghcr.io/kubean-io/spray-job:v0.37.0): the Kubernetes versions it installs are checked against it"
+            ]
+        );
+        assert_eq!(
+            errors_with_image("ghcr.io/kubean-io/spray-job:v9.9.9"),
+            [
+                "spec.kubean.sprayJobImage: Kubean v9.9.9 is not in the support matrix (v0.20.0–v0.37.0): pin a listed release, whose Kubernetes range is known"
+            ]
+        );
+        // A digest-pinned image keeps its tag.
+        assert!(errors_with_image("ghcr.io/kubean-io/spray-job:v0.37.0@sha256:0123").is_empty());
     }
 }

@@ -34,6 +34,9 @@ pub struct ClusterSpec {
     /// Kubernetes version Kubean installs, e.g. `1.35.5` (Karpenter v1.14 supports 1.29–1.36).
     pub kubernetes_version: String,
     pub api_server: ApiServer,
+    /// The new cluster's CA. Absent in stage 1 (before Kubean has created the CA): `render`
+    /// then writes only `kubean/` and says so.
+    #[serde(default)]
     pub ca_bundle: CaBundleSource,
     pub kubean: Kubean,
     pub aws: Aws,
@@ -43,6 +46,20 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuStack>,
     pub pools: Vec<Pool>,
+    /// How `apply` reaches the new cluster (everything but `kubean/`); its kubeconfig is the one
+    /// Kubean stores in the `<cluster>-kubeconf` ConfigMap. Command-line flags win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<ClusterAccess>,
+}
+
+/// A cluster `apply` talks to: a kubeconfig file (relative to the spec file) and/or a context.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterAccess {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +67,8 @@ pub struct ClusterSpec {
 pub struct ApiServer {
     /// DNS name nodes use to reach the API server (`<KUBE_APISERVER_DNS_NAME>`); also a SAN.
     pub dns_name: String,
+    /// The one API server port: the apiservers listen on it (Kubespray `kube_apiserver_port`),
+    /// the load balancer forwards it, nodes join on it.
     #[serde(default = "default_api_port")]
     pub port: u16,
     /// IP of the load balancer in front of the API servers, when Kubespray should pin it
@@ -62,7 +81,7 @@ fn default_api_port() -> u16 {
     6443
 }
 
-/// Where the cluster CA certificate comes from; exactly one field is set.
+/// Where the cluster CA certificate comes from; at most one field is set (none: stage 1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CaBundleSource {
@@ -102,6 +121,10 @@ pub struct Kubean {
     /// Taints for infra nodes, in Kubespray's `key=value:Effect` form.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub infra_taints: Vec<String>,
+    /// The cluster Kubean runs in, where `apply` sends `kubean/` (not the cluster it builds).
+    /// Command-line flags (`--mgmt-kubeconfig`, `--mgmt-context`) win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management_cluster: Option<ClusterAccess>,
 }
 
 fn default_kubean_namespace() -> String {
@@ -139,8 +162,9 @@ pub enum NodeRole {
 pub struct KubeanNode {
     pub name: String,
     pub ip: String,
-    /// EC2 private DNS name; Kubespray never sets `--provider-id`, so the AWS cloud
-    /// controller manager finds the instance by this name.
+    /// EC2 private DNS name (required; validate says so): Kubespray never sets `--provider-id`,
+    /// so the AWS cloud controller manager finds the instance by this name, which the node
+    /// registers under (`kube_override_hostname`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_dns_name: Option<String>,
     pub roles: Vec<NodeRole>,
@@ -159,7 +183,7 @@ pub struct Aws {
     pub vpc_id: String,
     pub subnets: Discovery,
     pub security_groups: Discovery,
-    /// Security group of the API server; must admit 6443 from the node security group.
+    /// Security group of the API server; must admit `apiServer.port` from the node security group.
     #[serde(rename = "controlPlaneSecurityGroupID")]
     pub control_plane_security_group_id: String,
     pub node_role: String,
@@ -355,7 +379,8 @@ impl QuantityValue {
     }
 }
 
-/// The AMI, exactly one of three forms.
+/// The AMI, exactly one of three forms. Only `id` validates today: `alias` and `ssmRelease`
+/// select EKS-optimized images, which have no kubeadm (kept for the identity-based join).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Ami {

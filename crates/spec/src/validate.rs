@@ -91,13 +91,30 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     let spec = &cluster.spec;
     let at = root.key("spec");
     version(&mut p, &at, &spec.kubernetes_version);
+    kubean_covers_version(&mut p, &at, spec);
     api_server(&mut p, &at.key("apiServer"), &spec.api_server);
     ca_bundle(&mut p, &at.key("caBundle"), &spec.ca_bundle);
-    kubean(&mut p, &at.key("kubean"), &spec.kubean);
+    kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
     join(&mut p, &at.key("join"), &spec.join);
     gpu_stack(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
+    worker_kubelet_skew(&mut p, &at, spec);
+    for (path, access) in [
+        (at.key("access"), &spec.access),
+        (
+            at.key("kubean").key("managementCluster"),
+            &spec.kubean.management_cluster,
+        ),
+    ] {
+        if let Some(a) = access
+            && a.kubeconfig.is_none()
+            && a.context.is_none()
+        {
+            p.push((path, "set kubeconfig, context or both".into()));
+        }
+    }
+
     p
 }
 
@@ -121,6 +138,106 @@ fn version(p: &mut Problems, at: &FieldPath, text: &str) {
                 ));
             }
         }
+    }
+}
+
+/// `1.<minor>.<patch>` of a spec version, when it parses.
+fn minor_patch(text: &str) -> Option<(u32, u32)> {
+    K8S_VERSION.captures(text)?;
+    let mut parts = text.trim_start_matches('v').split('.').skip(1);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The Kubean release pinned by the spray-job image must install `kubernetesVersion`.
+fn kubean_covers_version(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    use crate::kubean_support as support;
+    let image = &spec.kubean.spray_job_image;
+    let Some(tag) = support::image_tag(image) else {
+        p.push((
+            at.key("kubean").key("sprayJobImage"),
+            "name the Kubean release in the image tag (e.g. ghcr.io/kubean-io/spray-job:v0.37.0): \
+             the Kubernetes versions it installs are checked against it"
+                .into(),
+        ));
+        return;
+    };
+    let Some(release) = support::release(tag) else {
+        let all = support::releases();
+        p.push((
+            at.key("kubean").key("sprayJobImage"),
+            format!(
+                "Kubean {tag} is not in the support matrix ({}–{}): pin a listed release, whose \
+                 Kubernetes range is known",
+                all.first().map_or("", |r| r.release.as_str()),
+                all.last().map_or("", |r| r.release.as_str()),
+            ),
+        ));
+        return;
+    };
+    let Some((minor, patch)) = minor_patch(&spec.kubernetes_version) else {
+        return;
+    };
+    if release.covers(minor, patch) {
+        return;
+    }
+    let hint = match support::newest_covering(minor, patch) {
+        Some(newer) => format!(
+            "; Kubean {} ({}) installs {}",
+            newer.release,
+            newer.range(),
+            spec.kubernetes_version.trim_start_matches('v')
+        ),
+        None => format!(
+            "; no Kubean release of the matrix ({}–{}) installs it",
+            support::releases()
+                .first()
+                .map_or("", |r| r.release.as_str()),
+            support::releases()
+                .last()
+                .map_or("", |r| r.release.as_str()),
+        ),
+    };
+    p.push((
+        at.key("kubernetesVersion"),
+        format!(
+            "Kubean {tag} (kubean.sprayJobImage) installs Kubernetes {} only: Kubespray has no \
+             download checksums for 1.{minor}.{patch}{hint}",
+            release.range()
+        ),
+    ));
+}
+
+/// A worker's kubelet may be up to three minors older than the control plane, never newer
+/// (kubernetes.io/releases/version-skew-policy, since 1.28). Only an `ssmRelease` AMI names its
+/// kubelet's version; an `id` image is the operator's own build.
+fn worker_kubelet_skew(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let Some((control_plane, _)) = minor_patch(&spec.kubernetes_version) else {
+        return;
+    };
+    for (i, pool) in spec.pools.iter().enumerate() {
+        let Some(release) = &pool.ami.ssm_release else {
+            continue;
+        };
+        let Some(caps) = SSM_RELEASE.captures(release) else {
+            continue;
+        };
+        let Ok(kubelet) = caps[1].parse::<u32>() else {
+            continue;
+        };
+        let problem = if kubelet > control_plane {
+            "newer than the control plane (a kubelet may never be newer than the API server)"
+        } else if control_plane - kubelet > 3 {
+            "more than three minors older than the control plane (the skew policy allows n-3)"
+        } else {
+            continue;
+        };
+        p.push((
+            at.key("pools").index(i).key("ami").key("ssmRelease"),
+            format!(
+                "the AMI's kubelet is 1.{kubelet}, {problem}: kubernetesVersion is {}",
+                spec.kubernetes_version
+            ),
+        ));
     }
 }
 
@@ -151,10 +268,11 @@ fn ca_bundle(p: &mut Problems, at: &FieldPath, ca: &CaBundleSource) {
     .iter()
     .filter(|b| **b)
     .count();
-    if set != 1 {
+    // None set is stage 1: the CA does not exist until Kubean has built the control plane.
+    if set > 1 {
         p.push((
             at.clone(),
-            format!("set exactly one of file, base64, kubeconfig (found {set})"),
+            format!("set one of file, base64, kubeconfig (found {set})"),
         ));
     }
     if let Some(b64) = &ca.base64 {
@@ -171,7 +289,7 @@ fn ca_bundle(p: &mut Problems, at: &FieldPath, ca: &CaBundleSource) {
     }
 }
 
-fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
+fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str) {
     if !DNS_LABEL.is_match(&k.namespace) {
         p.push((at.key("namespace"), "must be a DNS label".into()));
     }
@@ -219,13 +337,34 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
         } else if !ips.insert(node.ip.as_str()) {
             p.push((at.key("ip"), format!("duplicate IP {:?}", node.ip)));
         }
-        if let Some(dns) = &node.private_dns_name
-            && !DNS_SUBDOMAIN.is_match(dns)
-        {
-            p.push((
+        match &node.private_dns_name {
+            Some(dns) if !DNS_SUBDOMAIN.is_match(dns) => p.push((
                 at.key("privateDnsName"),
                 format!("{dns:?} is not a DNS name"),
-            ));
+            )),
+            Some(_) => {}
+            // The kubelets run with the external cloud provider (cloud_provider: external), and
+            // Kubespray never sets --provider-id: the AWS cloud controller manager finds the
+            // instance of a Node by the Node's name as a private DNS name
+            // (kubernetes/cloud-provider-aws v1.35.2 pkg/providers/v1/aws.go
+            // findInstanceByNodeName: filter private-dns-name). Named after the inventory entry,
+            // the node is never found and keeps the uninitialized taint.
+            None => p.push((
+                at.clone(),
+                format!(
+                    "privateDnsName is required: the AWS cloud controller manager finds the \
+                     instance by the node's name as its EC2 private DNS name, and without it \
+                     Kubespray names the node {:?} (with the VPC's default DHCP options the name \
+                     is ip-{}.{})",
+                    node.name,
+                    node.ip.replace(['.', ':'], "-"),
+                    if region == "us-east-1" {
+                        "ec2.internal".to_owned()
+                    } else {
+                        format!("{region}.compute.internal")
+                    }
+                ),
+            )),
         }
         if node.roles.is_empty() {
             p.push((at.key("roles"), "a node needs at least one role".into()));
@@ -735,6 +874,26 @@ fn ami(p: &mut Problems, at: &FieldPath, ami: &Ami, pool: &Pool) {
                 ),
             )),
             Some(_) => {}
+        }
+    }
+    // Both forms select an EKS-optimized image (an alias names an EKS AMI family; an ssmRelease
+    // is /aws/service/eks/optimized-ami/...). EKS AL2023 images install kubelet and nodeadm but
+    // no kubeadm (awslabs/amazon-eks-ami templates/al2023/provisioners/install-worker.sh,
+    // commit 0030ac57: `BINARIES=(kubelet)`), and their kubelet unit reads nodeadm's arguments,
+    // not our drop-in: the kubeadm join in the pool's userData cannot run there.
+    for (field, set) in [
+        ("alias", ami.alias.is_some()),
+        ("ssmRelease", ami.ssm_release.is_some()),
+    ] {
+        if set {
+            p.push((
+                at.key(field),
+                format!(
+                    "ami.{field} selects an EKS-optimized AMI, which has no kubeadm (its kubelet \
+                     reads nodeadm's configuration): the kubeadm join in the userData cannot run; \
+                     use ami.id with a kubeadm-ready image until the identity-based join lands"
+                ),
+            ));
         }
     }
     if let Some(release) = &ami.ssm_release {

@@ -149,7 +149,7 @@ fn has_aws_ccm(ctx: &Context<'_>) -> bool {
     workload || ctx.objects.iter().any(is_ccm_chart)
 }
 
-fn is_aws_ccm_container(container: &Value) -> bool {
+pub(crate) fn is_aws_ccm_container(container: &Value) -> bool {
     let image = container.get("image").and_then(Value::as_str).unwrap_or("");
     if !image.contains("cloud-controller-manager") {
         return false;

@@ -1,5 +1,6 @@
 //! The userData scripts of Custom-AMI EC2NodeClasses.
 
+pub mod containerd_restart;
 pub mod imdsv1;
 pub mod join_credentials;
 pub mod literal_secret;

@@ -1,0 +1,136 @@
+//! `kubeconfig`: stage 2 of the two-stage flow. Reads the new cluster's kubeconfig that Kubean
+//! stored in its `<cluster>-kubeconf` ConfigMap on the management cluster and writes it to a
+//! private file (0600), for `caBundle.kubeconfig` and `access.kubeconfig`. The kubeconfig holds
+//! admin credentials: it is never printed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use kk_live::ClientOptions;
+use serde_json::json;
+
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct KubeconfigArgs {
+    /// The ElasticCluster spec (its name and Kubean namespace say where to look).
+    spec: String,
+    /// Where to write the kubeconfig (created with mode 0600).
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    force: bool,
+    /// Kubeconfig of the management cluster, where Kubean runs (default: the spec's
+    /// `kubean.managementCluster`).
+    #[arg(long)]
+    mgmt_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context of the management cluster.
+    #[arg(long)]
+    mgmt_context: Option<String>,
+    /// Report format: text or json (never the kubeconfig itself).
+    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
+    output: String,
+}
+
+pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
+    let (loaded, base) = crate::load_spec(&args.spec)?;
+    let spec = &loaded.spec;
+    let management = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
+        ClientOptions {
+            kubeconfig: args.mgmt_kubeconfig.clone(),
+            context: args.mgmt_context.clone(),
+        }
+    } else if let Some(access) = &spec.spec.kubean.management_cluster {
+        ClientOptions {
+            kubeconfig: access.kubeconfig.as_ref().map(|k| base.join(k)),
+            context: access.context.clone(),
+        }
+    } else {
+        return Err(Failure(
+            "name the management cluster where Kubean runs: --mgmt-context (and \
+             --mgmt-kubeconfig) or spec.kubean.managementCluster"
+                .into(),
+        ));
+    };
+    if args.file.exists() && !args.force {
+        return Err(Failure(format!(
+            "{} exists; pass --force to replace it",
+            args.file.display()
+        )));
+    }
+    let namespace = &spec.spec.kubean.namespace;
+    let cluster = &spec.metadata.name;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let text = runtime.block_on(async {
+        let client = kk_live::make_client(&management)
+            .await
+            .map_err(|e| Failure(format!("management cluster: {e}")))?;
+        kk_live::kubeconf::fetch(&client, namespace, cluster)
+            .await
+            .map_err(|e| Failure(format!("management cluster: {e}")))
+    })?;
+    let source = format!(
+        "ConfigMap {namespace}/{}",
+        kk_live::kubeconf::configmap_name(cluster)
+    );
+    let hash = ca_hash_of(&text).map_err(|e| Failure(format!("{source}: {e}")))?;
+    write_private(&args.file, text.as_bytes())?;
+    if args.output == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "file": args.file.display().to_string(),
+                "source": source,
+                "caCertHash": hash,
+            }))?
+        );
+    } else {
+        println!(
+            "wrote {} (mode 0600) from {source}; CA hash {hash}. Stage 2: set caBundle: {{kubeconfig: {{path: {}}}}} and access: {{kubeconfig: {}}} in the spec and render again",
+            args.file.display(),
+            args.file.display(),
+            args.file.display()
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The CA hash of the first cluster's certificate-authority-data: proof the text is a
+/// kubeconfig with a CA before it is written anywhere.
+fn ca_hash_of(text: &str) -> Result<String, String> {
+    let docs = kk_model::yaml::load_documents(text, Default::default())
+        .map_err(|e| format!("not a kubeconfig: {}", e.message))?;
+    let config = docs.first().map(|d| &d.value).ok_or("empty kubeconfig")?;
+    let data = config["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .ok_or("the kubeconfig's first cluster has no certificate-authority-data")?;
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| format!("certificate-authority-data is not base64: {e}"))?;
+    kk_render::ClusterCa::from_pem(&pem)
+        .map(|ca| ca.cert_hash)
+        .map_err(|e| e.to_string())
+}
+
+/// Written to a 0600 temporary file beside the target, then renamed into place.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kubean-karpenter-kubeconfig-")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(&dir)
+        .map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+    tmp.write_all(bytes)
+        .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    tmp.persist(path)
+        .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    Ok(())
+}
