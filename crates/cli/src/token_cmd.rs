@@ -304,6 +304,7 @@ fn create(
                     &new,
                     &target.endpoint,
                     &ca,
+                    None,
                     Timestamp::now(),
                 )
                 .await?;
@@ -466,6 +467,10 @@ pub struct ControllerArgs {
     /// Replace a token once this fraction of its lifetime has passed.
     #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
     rotate_at: f64,
+    /// How long a replaced token keeps working before it is deleted: longer than a node
+    /// takes from reading the store to sending its CSR (Karpenter gives up after 15 min).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    overlap: Duration,
     /// How often the leader checks the store and the token.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     tick: Duration,
@@ -513,6 +518,7 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             ca_cert_hash: target.ca_hash(&connected)?,
             ttl: args.ttl,
             rotate_at: args.rotate_at,
+            overlap: args.overlap,
             tick: args.tick,
             retry: args.retry,
             lease: LeaseConfig {
@@ -526,7 +532,7 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             },
         };
         let store = target.open().await?;
-        let mut controller = Controller::new(connected.client, store, config)?;
+        let mut controller = Controller::new(connected.config, store, config)?;
         if let Some(addr) = metrics_addr {
             let bound = controller.bind(addr).await?;
             eprintln!("serving /metrics, /healthz and /readyz on {bound}");

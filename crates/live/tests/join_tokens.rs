@@ -9,7 +9,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kk_live::store::{self, JoinStore, PublishError, StoreError, StoreKind};
 use kk_live::testbed::require;
-use kk_live::token::{self, NODE_BOOTSTRAP_GROUP, NewToken, Timestamp, TokenError};
+use kk_live::token::{self, JOIN_TOKEN_GROUP, NewToken, Timestamp, TokenError};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -55,7 +55,7 @@ async fn a_created_token_is_kubeadms_and_authenticates_as_a_node_bootstrapper() 
     );
     assert_eq!(text("usage-bootstrap-authentication"), "true");
     assert_eq!(text("usage-bootstrap-signing"), "true");
-    assert_eq!(text("auth-extra-groups"), NODE_BOOTSTRAP_GROUP);
+    assert_eq!(text("auth-extra-groups"), JOIN_TOKEN_GROUP);
     assert_eq!(text("description"), format!("test {cluster}"));
     let exp: Timestamp = text("expiration").parse().unwrap();
     assert_eq!(Some(exp), info.expiration);
@@ -67,10 +67,7 @@ async fn a_created_token_is_kubeadms_and_authenticates_as_a_node_bootstrapper() 
 
     let (user, groups) = wait_auth(&testbed, &token.expose(), true).await.unwrap();
     assert_eq!(user, format!("system:bootstrap:{}", token.id()));
-    assert!(
-        groups.contains(&NODE_BOOTSTRAP_GROUP.to_owned()),
-        "{groups:?}"
-    );
+    assert!(groups.contains(&JOIN_TOKEN_GROUP.to_owned()), "{groups:?}");
 
     // Listed (ours), without the secret anywhere.
     let listed = token::list(&client).await.unwrap();
@@ -289,6 +286,7 @@ async fn publish_round_trip(kind: StoreKind) {
             &new_token(Duration::from_secs(300), &cluster),
             "api.test.internal:6443",
             &hash,
+            None,
             Timestamp::now(),
         )
         .await
@@ -411,6 +409,7 @@ async fn a_failed_publish_deletes_the_new_token() {
             &new_token(Duration::from_secs(300), &cluster),
             "api.test.internal:6443",
             &testbed_ca_hash(&testbed),
+            None,
             Timestamp::now(),
         )
         .await

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 struct Timing {
     ttl: Duration,
+    overlap: Duration,
     tick: Duration,
     retry: Duration,
     lease: Duration,
@@ -33,6 +34,7 @@ fn config(testbed: &Testbed, cluster: &str, identity: &str, t: &Timing) -> Contr
         ca_cert_hash: testbed_ca_hash(testbed),
         ttl: t.ttl,
         rotate_at: 0.5,
+        overlap: t.overlap,
         tick: t.tick,
         retry: t.retry,
         lease: LeaseConfig {
@@ -54,12 +56,12 @@ struct Replica {
 }
 
 impl Replica {
-    async fn start(client: Client, store: JoinStore, config: ControllerConfig) -> Replica {
+    async fn start(kube: kube::Config, store: JoinStore, config: ControllerConfig) -> Replica {
         if std::env::var_os("KK_TEST_LOG").is_some() {
             kk_live::controller::init_logging(false);
         }
         let identity = config.lease.identity.clone();
-        let mut controller = Controller::new(client, store, config).unwrap();
+        let mut controller = Controller::new(kube, store, config).unwrap();
         let addr = controller
             .bind("127.0.0.1:0".parse().unwrap())
             .await
@@ -202,12 +204,13 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
 
     let timing = Timing {
         ttl: Duration::from_secs(6),
+        overlap: Duration::from_secs(2),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(1),
         lease: Duration::from_secs(6),
     };
     let replica = Replica::start(
-        client.clone(),
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("solo-{}", unique()), &timing),
     )
@@ -249,7 +252,8 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
     assert_eq!(http_get(replica.addr, "/healthz").await.0, 200);
     assert_eq!(http_get(replica.addr, "/readyz").await.0, 200);
 
-    // Expired tokens it created are gone (a second of slack for the last tick).
+    // Tokens it replaced are gone: deleted once their overlap passed, before they expired
+    // (a second of slack for the last tick).
     let now = Timestamp::now();
     let stale: Vec<_> = token::list_managed(&client, &cluster)
         .await
@@ -307,18 +311,19 @@ async fn two_replicas_one_leader_and_a_follower_takes_over_within_the_lease() {
     .await;
     let timing = Timing {
         ttl: Duration::from_secs(12),
+        overlap: Duration::from_secs(4),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(1),
         lease: Duration::from_secs(4),
     };
     let a = Replica::start(
-        admin(&testbed).await,
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("a-{}", unique()), &timing),
     )
     .await;
     let b = Replica::start(
-        admin(&testbed).await,
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("b-{}", unique()), &timing),
     )
@@ -431,12 +436,13 @@ async fn the_controller_recovers_from_apiserver_and_aws_outages() {
     .await;
     let timing = Timing {
         ttl: Duration::from_secs(6),
+        overlap: Duration::from_secs(2),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(3),
         lease: Duration::from_secs(6),
     };
     let replica = Replica::start(
-        admin_via(&testbed, kube_proxy.addr).await,
+        kube_config_via(&testbed, kube_proxy.addr).await,
         proxied,
         config(&testbed, &cluster, &format!("out-{}", unique()), &timing),
     )

@@ -1,10 +1,12 @@
 //! The in-cluster join-token rotator (`kubean-karpenter controller`).
 //!
 //! Keeps a valid bootstrap token in the join store at all times. On start and every tick
-//! the leader reads the store; when it holds nothing, a token the cluster does not know, an
-//! expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret,
-//! publishes it, and only then deletes its cluster's expired tokens (by label; never anyone
-//! else's, never the stored one). Two or more replicas elect a leader through a Lease.
+//! the leader reads the store; when it holds nothing, a token that no longer authenticates,
+//! an expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret
+//! and publishes it together with the replaced token's ID, which it deletes once `overlap`
+//! has passed (nodes that read the old token just before may still be joining). It never
+//! reads a Secret; expired tokens are left to kube-controller-manager's tokencleaner. Two or
+//! more replicas elect a leader through a Lease.
 //! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
 
 mod leader;
@@ -67,6 +69,9 @@ pub struct ControllerConfig {
     pub ttl: Duration,
     /// Fraction of a token's lifetime after which it is replaced (0 < rotate_at < 1).
     pub rotate_at: f64,
+    /// How long a replaced token keeps working before the rotator deletes it: longer than a
+    /// node takes from reading the store to its CSR (Karpenter's registration timeout is 15 min).
+    pub overlap: Duration,
     /// How often the leader checks the store when all is well.
     pub tick: Duration,
     /// How soon it tries again after a failure.
@@ -96,6 +101,15 @@ impl ControllerConfig {
                 "a token would expire {} after its rotation point, within one --tick ({}): lower --rotate-at or --tick, or raise --ttl",
                 format_duration(margin),
                 format_duration(self.tick)
+            ));
+        }
+        let interval = self.ttl.mul_f64(self.rotate_at);
+        if self.overlap.is_zero() || self.overlap > margin || self.overlap >= interval {
+            return bad(format!(
+                "--overlap {} must be positive, at most the {} a replaced token has left, and shorter than the {} between rotations",
+                format_duration(self.overlap),
+                format_duration(margin),
+                format_duration(interval)
             ));
         }
         if self.lease.duration < Duration::from_secs(3) {
@@ -159,6 +173,8 @@ pub fn init_logging(json: bool) {
 /// The rotator: build it, optionally bind its HTTP endpoints, then `run` it.
 pub struct Controller {
     client: Client,
+    /// The apiserver's address and CA, for authenticating as the stored token.
+    probe: kube::Config,
     store: JoinStore,
     config: ControllerConfig,
     leadership: Arc<Leadership>,
@@ -167,12 +183,16 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// `kube_config`: the controller's own client configuration (its credentials for the
+    /// API calls; its address and CA also for checking the stored token).
     pub fn new(
-        client: Client,
+        kube_config: kube::Config,
         store: JoinStore,
         config: ControllerConfig,
     ) -> Result<Self, ControllerError> {
         config.validate()?;
+        let client = Client::try_from(kube_config.clone())
+            .map_err(|e| ControllerError::Config(format!("cannot build a client: {e}")))?;
         let leadership = Arc::new(Leadership::default());
         let stall_after = (config.tick.max(config.retry) * 3)
             .max(config.lease.duration * 2)
@@ -185,6 +205,7 @@ impl Controller {
         ));
         Ok(Self {
             client,
+            probe: kube_config,
             store,
             config,
             leadership,
@@ -215,6 +236,7 @@ impl Controller {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Controller {
             client,
+            probe,
             store,
             config,
             leadership,
@@ -251,6 +273,7 @@ impl Controller {
         let reconciler = async {
             reconcile_loop(
                 &client,
+                &probe,
                 &store,
                 &config,
                 &leadership,
@@ -288,6 +311,7 @@ impl Controller {
 
 async fn reconcile_loop(
     client: &Client,
+    probe: &kube::Config,
     store: &JoinStore,
     config: &ControllerConfig,
     leadership: &Leadership,
@@ -296,13 +320,16 @@ async fn reconcile_loop(
 ) {
     // A step never takes longer than this (kube and AWS calls have their own timeouts).
     let step_timeout = Duration::from_secs(90);
+    let mut state = rotate::State::default();
     while !*stop.borrow() {
         metrics.beat();
         let leading = leadership.is_leading();
         let outcome = if leading {
             match tokio::time::timeout(
                 step_timeout,
-                rotate::reconcile(client, store, config, leadership, metrics),
+                rotate::reconcile(
+                    client, probe, store, config, leadership, metrics, &mut state,
+                ),
             )
             .await
             {
