@@ -208,9 +208,13 @@ pub enum TokenCommand {
     Create {
         #[command(flatten)]
         kube: KubeArgs,
-        /// Lifetime, e.g. 24h, 90m, 2d.
-        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        /// Lifetime, e.g. 2h, 90m. Over 24h needs --allow-long-ttl.
+        #[arg(long, default_value = "2h", value_parser = parse_duration)]
         ttl: Duration,
+        /// Accept a TTL over 24h (static join mode, where the token is baked into userData):
+        /// whoever steals it can join nodes for that long.
+        #[arg(long)]
+        allow_long_ttl: bool,
         /// Free text stored in the Secret's description.
         #[arg(long)]
         description: Option<String>,
@@ -249,11 +253,16 @@ pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
         TokenCommand::Create {
             kube,
             ttl,
+            allow_long_ttl,
             description,
             show_secret,
             publish,
             store,
-        } => create(&kube, ttl, description, show_secret, publish, &store),
+        } => {
+            token::check_ttl_ceiling(ttl, allow_long_ttl)
+                .map_err(|e| Failure(format!("--ttl: {e}")))?;
+            create(&kube, ttl, description, show_secret, publish, &store)
+        }
         TokenCommand::List { kube, output } => list(&kube, &output),
         TokenCommand::Revoke { kube, id, store } => revoke(&kube, &id, &store),
     }
@@ -461,8 +470,8 @@ pub struct ControllerArgs {
     kube: KubeArgs,
     #[command(flatten)]
     store: StoreArgs,
-    /// Lifetime of each token.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    /// Lifetime of each token (at most 24h).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
     ttl: Duration,
     /// Replace a token once this fraction of its lifetime has passed.
     #[arg(long, default_value = "0.5", value_parser = parse_fraction)]

@@ -163,3 +163,38 @@ fn usage_errors_exit_2() {
     let result = bin().args(["render"]).output().unwrap();
     assert_eq!(result.status.code(), Some(2));
 }
+
+/// Attack row "static token with TTL over the ceiling without opt-in": refused before any
+/// cluster is contacted (the kubeconfig points nowhere), exit 2, the flag named.
+#[test]
+fn a_token_over_a_day_needs_allow_long_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut cmd = bin();
+        cmd.args(["token", "create", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(extra);
+        cmd.output().unwrap()
+    };
+    let refused = run(&["--ttl", "25h"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("--allow-long-ttl") && err.contains("1d1h"),
+        "{err}"
+    );
+    // With the opt-in the TTL passes and the (unreachable) apiserver is what fails.
+    let opted = run(&["--ttl", "25h", "--allow-long-ttl"]);
+    assert_eq!(opted.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&opted.stderr);
+    assert!(!err.contains("--allow-long-ttl"), "{err}");
+    // The default is short-lived and passes the check too.
+    let default = run(&[]);
+    assert!(!String::from_utf8_lossy(&default.stderr).contains("ceiling"));
+}

@@ -330,6 +330,23 @@ fn api(client: &Client) -> Api<Secret> {
     Api::namespaced(client.clone(), NAMESPACE)
 }
 
+/// The longest TTL `token create` and the rotator accept without an explicit opt-in: a
+/// stolen token is good for at most a day. The rotator's default is 2 h.
+pub const TTL_CEILING: Duration = Duration::from_secs(24 * 3600);
+
+/// Refuses a TTL over [`TTL_CEILING`] unless `allow_long` (static mode, where the token is
+/// baked into userData, may need one: an explicit, visible decision).
+pub fn check_ttl_ceiling(ttl: Duration, allow_long: bool) -> Result<(), TokenError> {
+    if ttl > TTL_CEILING && !allow_long {
+        return Err(TokenError::BadTtl(format!(
+            "{} is over the {} ceiling: a stolen token would stay valid that long; pass --allow-long-ttl to accept it (static join mode only)",
+            format_duration(ttl),
+            format_duration(TTL_CEILING)
+        )));
+    }
+    Ok(())
+}
+
 /// `now + ttl`, refusing a TTL that is zero or absurdly long.
 pub fn expiration_after(now: Timestamp, ttl: Duration) -> Result<Timestamp, TokenError> {
     if ttl < Duration::from_secs(1) {
@@ -682,6 +699,15 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+    }
+
+    #[test]
+    fn ttls_over_a_day_need_an_explicit_opt_in() {
+        let day = Duration::from_secs(86_400);
+        assert!(check_ttl_ceiling(day, false).is_ok());
+        let e = check_ttl_ceiling(day + Duration::from_secs(1), false).unwrap_err();
+        assert!(e.to_string().contains("--allow-long-ttl"), "{e}");
+        assert!(check_ttl_ceiling(Duration::from_secs(30 * 86_400), true).is_ok());
     }
 
     #[test]

@@ -402,12 +402,14 @@ async fn the_rotator_account_can_only_create_and_delete_its_own_tokens() {
     let task = tokio::spawn(controller.run(async {
         let _ = stopped.await;
     }));
-    let mut published = std::collections::BTreeSet::new();
+    let mut published = std::collections::BTreeMap::new();
+    let mut past_overlap = std::collections::BTreeMap::new();
     let until = Instant::now() + Duration::from_secs(14);
     while Instant::now() < until {
         if let Ok(Some(c)) = store.read().await {
-            published.insert(c.token.id().to_owned());
-            // Replaced tokens are deleted once their overlap has passed.
+            published.insert(c.token.id().to_owned(), c.token.clone());
+            // Attack row "superseded token used after its overlap": deleted, and the
+            // apiserver no longer authenticates it.
             if let Some(old) = &c.superseded
                 && Timestamp::now() > old.delete_after + Duration::from_secs(2)
             {
@@ -416,6 +418,9 @@ async fn the_rotator_account_can_only_create_and_delete_its_own_tokens() {
                     "token {} outlived its overlap",
                     old.id
                 );
+                if let Some(old_token) = published.get(&old.id) {
+                    past_overlap.insert(old.id.clone(), old_token.clone());
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -443,4 +448,15 @@ async fn the_rotator_account_can_only_create_and_delete_its_own_tokens() {
     assert_eq!(user, format!("system:bootstrap:{}", stored.token.id()));
     assert!(groups.contains(&JOIN_TOKEN_GROUP.to_owned()));
     assert!(published.len() >= 2, "{published:?}");
+    // Attack row "superseded token used after its overlap": refused (401). The apiserver
+    // caches a successful token authentication for 10 s (kubernetes/kubernetes
+    // pkg/kubeapiserver/options/authentication.go, TokenSuccessCacheTTL), so refusal may lag
+    // the deletion by that much; wait_auth waits 15 s.
+    assert!(
+        !past_overlap.is_empty(),
+        "never saw a token past its overlap"
+    );
+    for old in past_overlap.values() {
+        assert_eq!(wait_auth(&testbed, &old.expose(), false).await, None);
+    }
 }

@@ -22,6 +22,9 @@ pub const IMAGE_REPOSITORY: &str = "ghcr.io/kubean-karpenter/kubean-karpenter";
 pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
 const LEASE_NAMESPACE: &str = "kube-system";
 const METRICS_PORT: u16 = 8080;
+/// Each token's lifetime and how long a replaced one keeps working.
+pub const TTL: &str = "2h";
+pub const OVERLAP: &str = "20m";
 
 fn image() -> String {
     format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
@@ -52,8 +55,11 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
         ),
         format!("--region={}", spec.aws.region),
         format!("--ca-cert-hash={}", ca.cert_hash),
-        "--ttl=24h".to_owned(),
+        // Short-lived: a new token every hour; the replaced one is deleted 20 min later,
+        // which covers Karpenter's 15-minute registration timeout.
+        format!("--ttl={TTL}"),
         "--rotate-at=0.5".to_owned(),
+        format!("--overlap={OVERLAP}"),
         "--tick=1m".to_owned(),
         "--retry=10s".to_owned(),
         format!("--lease-namespace={LEASE_NAMESPACE}"),

@@ -92,6 +92,13 @@ impl ControllerConfig {
         if self.ttl < Duration::from_secs(2) {
             return bad("--ttl must be at least 2s".into());
         }
+        if self.ttl > crate::token::TTL_CEILING {
+            return bad(format!(
+                "--ttl {} is over the {} ceiling: the rotator keeps tokens short-lived",
+                format_duration(self.ttl),
+                format_duration(crate::token::TTL_CEILING)
+            ));
+        }
         if self.tick.is_zero() || self.retry.is_zero() {
             return bad("--tick and --retry must be positive".into());
         }
@@ -384,5 +391,106 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered_args() -> Vec<String> {
+        let cluster = kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
+            .unwrap()
+            .spec;
+        let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
+        let bundle = kk_render::render(&cluster, &pem).unwrap();
+        let (_, deployment) = bundle
+            .manifests()
+            .into_iter()
+            .find(|(p, o)| p.starts_with("rotator/") && o["kind"] == "Deployment")
+            .unwrap();
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn arg<'a>(args: &'a [String], flag: &str) -> &'a str {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{flag}=")))
+            .unwrap_or_else(|| panic!("no --{flag} in {args:?}"))
+    }
+
+    /// The rendered rotator keeps tokens short-lived and its overlap covers Karpenter's
+    /// registration timeout: 15 min (kubernetes-sigs/karpenter
+    /// pkg/controllers/nodeclaim/lifecycle/liveness.go, the hard-coded registration TTL that
+    /// designs/configurable-registeration-ttl.md describes).
+    #[test]
+    fn the_rendered_rotator_is_short_lived_with_an_overlap_past_karpenters_timeout() {
+        let args = rendered_args();
+        let parse = |f: &str| crate::token::parse_duration(arg(&args, f)).unwrap();
+        let config = ControllerConfig {
+            cluster: "demo".into(),
+            api_server_endpoint: "api.demo.internal:6443".into(),
+            ca_cert_hash: arg(&args, "ca-cert-hash").to_owned(),
+            ttl: parse("ttl"),
+            rotate_at: arg(&args, "rotate-at").parse().unwrap(),
+            overlap: parse("overlap"),
+            tick: parse("tick"),
+            retry: parse("retry"),
+            lease: LeaseConfig {
+                namespace: "kube-system".into(),
+                name: "x".into(),
+                identity: "x".into(),
+                duration: parse("lease-duration"),
+            },
+        };
+        config.validate().unwrap();
+        assert!(config.ttl <= Duration::from_secs(2 * 3600), "{args:?}");
+        assert!(config.overlap >= Duration::from_secs(15 * 60), "{args:?}");
+        // The replaced token is still valid for the whole overlap.
+        assert!(config.ttl.mul_f64(1.0 - config.rotate_at) >= config.overlap);
+    }
+
+    #[test]
+    fn an_overlap_the_old_token_cannot_cover_or_a_ttl_over_a_day_is_refused() {
+        let mut config = ControllerConfig {
+            cluster: "demo".into(),
+            api_server_endpoint: "api.demo.internal:6443".into(),
+            ca_cert_hash: format!("sha256:{}", "a".repeat(64)),
+            ttl: Duration::from_secs(7200),
+            rotate_at: 0.5,
+            overlap: Duration::from_secs(1200),
+            tick: Duration::from_secs(60),
+            retry: Duration::from_secs(10),
+            lease: LeaseConfig {
+                namespace: "kube-system".into(),
+                name: "x".into(),
+                identity: "x".into(),
+                duration: Duration::from_secs(15),
+            },
+        };
+        config.validate().unwrap();
+        config.overlap = Duration::from_secs(3601);
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--overlap")
+        );
+        config.overlap = Duration::ZERO;
+        assert!(config.validate().is_err());
+        config.overlap = Duration::from_secs(1200);
+        config.ttl = Duration::from_secs(25 * 3600);
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ceiling")
+        );
     }
 }
