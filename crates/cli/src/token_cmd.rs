@@ -480,6 +480,14 @@ pub struct ControllerArgs {
     /// takes from reading the store to sending its CSR (Karpenter gives up after 15 min).
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     overlap: Duration,
+    /// How often the leader decides pending node CSRs from kubean-karpenter join tokens
+    /// (approved only for an instance a NodeClaim names; see docs/join-credentials.md).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    approve_interval: Duration,
+    /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
+    /// `kubectl certificate approve`).
+    #[arg(long)]
+    no_csr_approver: bool,
     /// How often the leader checks the store and the token.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     tick: Duration,
@@ -528,6 +536,7 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             ttl: args.ttl,
             rotate_at: args.rotate_at,
             overlap: args.overlap,
+            approve_every: (!args.no_csr_approver).then_some(args.approve_interval),
             tick: args.tick,
             retry: args.retry,
             lease: LeaseConfig {

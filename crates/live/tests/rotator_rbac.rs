@@ -387,6 +387,7 @@ async fn the_rotator_account_can_only_create_and_delete_its_own_tokens() {
         ttl: Duration::from_secs(8),
         rotate_at: 0.5,
         overlap: Duration::from_secs(2),
+        approve_every: None,
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(1),
         lease: LeaseConfig {

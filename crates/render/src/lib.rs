@@ -7,6 +7,7 @@ mod ca;
 mod cloud;
 mod gpu;
 mod iam;
+mod join_rbac;
 mod karpenter;
 mod kubean;
 pub mod names;
@@ -115,6 +116,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     iam::render(cluster, &mut bundle)?;
     verify::render(cluster, &rendered_pools, &mut bundle)?;
     rotator::render(cluster, &ca, &mut bundle)?;
+    join_rbac::render(cluster, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)
 }

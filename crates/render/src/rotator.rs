@@ -60,6 +60,7 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
         format!("--ttl={TTL}"),
         "--rotate-at=0.5".to_owned(),
         format!("--overlap={OVERLAP}"),
+        "--approve-interval=5s".to_owned(),
         "--tick=1m".to_owned(),
         "--retry=10s".to_owned(),
         format!("--lease-namespace={LEASE_NAMESPACE}"),

@@ -9,6 +9,7 @@
 //! more replicas elect a leader through a Lease.
 //! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
 
+pub mod approve;
 mod leader;
 mod metrics;
 mod rotate;
@@ -72,6 +73,9 @@ pub struct ControllerConfig {
     /// How long a replaced token keeps working before the rotator deletes it: longer than a
     /// node takes from reading the store to its CSR (Karpenter's registration timeout is 15 min).
     pub overlap: Duration,
+    /// How often the leader decides pending node CSRs from our join group (`None`: the
+    /// approver is off; see [`approve`]).
+    pub approve_every: Option<Duration>,
     /// How often the leader checks the store when all is well.
     pub tick: Duration,
     /// How soon it tries again after a failure.
@@ -290,6 +294,36 @@ impl Controller {
             .await;
             let _ = done_tx.send(true);
         };
+        let approver = async {
+            let Some(every) = config.approve_every else {
+                return;
+            };
+            let mut stop = stop_rx.clone();
+            while !*stop.borrow() {
+                if leadership.is_leading() {
+                    match tokio::time::timeout(
+                        Duration::from_secs(30),
+                        approve::approve_pending(&client),
+                    )
+                    .await
+                    {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            metrics.error();
+                            tracing::error!(error = %e, "deciding node CSRs failed");
+                        }
+                        Err(_) => {
+                            metrics.error();
+                            tracing::error!("deciding node CSRs timed out");
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        };
         let server = async {
             if let Some(listener) = listener {
                 let mut stop = stop_rx.clone();
@@ -311,7 +345,7 @@ impl Controller {
             tracing::info!("shutting down");
             let _ = stop_tx.send(true);
         };
-        tokio::join!(elector, reconciler, server, trigger);
+        tokio::join!(elector, reconciler, approver, server, trigger);
         tracing::info!("stopped");
     }
 }
@@ -438,6 +472,7 @@ mod tests {
             ttl: parse("ttl"),
             rotate_at: arg(&args, "rotate-at").parse().unwrap(),
             overlap: parse("overlap"),
+            approve_every: Some(parse("approve-interval")),
             tick: parse("tick"),
             retry: parse("retry"),
             lease: LeaseConfig {
@@ -463,6 +498,7 @@ mod tests {
             ttl: Duration::from_secs(7200),
             rotate_at: 0.5,
             overlap: Duration::from_secs(1200),
+            approve_every: None,
             tick: Duration::from_secs(60),
             retry: Duration::from_secs(10),
             lease: LeaseConfig {
