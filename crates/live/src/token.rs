@@ -39,8 +39,12 @@ pub enum TokenError {
     /// Deliberately says nothing about the value: it may hold a secret.
     #[error("malformed bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}})")]
     Malformed,
-    #[error("invalid token ID {0:?} (expected 6 characters of [a-z0-9])")]
-    BadId(String),
+    /// Never repeats the input: a whole token pasted where its ID belongs must not end up
+    /// in a terminal log or CI output.
+    #[error(
+        "invalid token ID (expected the 6 characters of [a-z0-9] before the dot; the value is not repeated, it may be a whole token)"
+    )]
+    BadId,
     #[error("invalid TTL: {0}")]
     BadTtl(String),
     #[error("bootstrap token {0} not found in {NAMESPACE}")]
@@ -130,7 +134,7 @@ pub fn validate_id(id: &str) -> Result<(), TokenError> {
     if is_token_chars(id, 6) {
         Ok(())
     } else {
-        Err(TokenError::BadId(id.chars().take(40).collect()))
+        Err(TokenError::BadId)
     }
 }
 
