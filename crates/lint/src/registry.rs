@@ -28,6 +28,7 @@
 //! | KK018 | workload  | gpu-workload-tolerations (done)                                    |
 //! | KK019 | kubean    | kubespray-join-vars (done)                                         |
 //! | KK020 | userdata  | malformed-join-credentials (done)                                  |
+//! | KK021 | workload  | shared-infra-identity (done)                                       |
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
@@ -84,6 +85,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::workload::gpu_tolerations::GpuWorkloadTolerations,
     &rules::kubean::kubespray_vars::KubesprayJoinVars,
     &rules::userdata::join_credentials::MalformedJoinCredentials,
+    &rules::workload::shared_infra_identity::SharedInfraIdentity,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).
