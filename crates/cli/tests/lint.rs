@@ -207,12 +207,12 @@ fn stdin_and_directories() {
     let out = lint_in(dir.path(), &["bundle"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     // Clean but for one notice: the example keeps the instance profile, which the rotator
-    // shares with every pod on the infra workers (KK021, info).
+    // shares with every pod on the infra workers (KK024, info).
     let report = text(&out.stdout);
-    assert!(report.contains("KK021"), "{report}");
+    assert!(report.contains("KK024"), "{report}");
     for line in report.lines().filter(|l| l.contains("KK0")) {
         assert!(
-            line.contains("KK021"),
+            line.contains("KK024"),
             "unexpected finding: {line}\n{report}"
         );
     }

@@ -28,7 +28,7 @@
 //! | KK018 | workload  | gpu-workload-tolerations (done)                                    |
 //! | KK019 | kubean    | kubespray-join-vars (done)                                         |
 //! | KK020 | userdata  | malformed-join-credentials (done)                                  |
-//! | KK021 | workload  | shared-infra-identity (done)                                       |
+//! | KK024 | workload  | shared-infra-identity (done; KK021-023 are issue 11's)            |
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};

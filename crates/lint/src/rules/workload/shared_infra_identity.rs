@@ -1,4 +1,4 @@
-//! KK021: the join-token rotator (`kubean-karpenter controller`) without credentials of its
+//! KK024: the join-token rotator (`kubean-karpenter controller`) without credentials of its
 //! own, so it acts with the infra workers' instance role, which every pod there can use.
 
 use serde_json::Value;
@@ -56,7 +56,7 @@ workloads off them (taints) and the hop limit at 2 only there.
 "#;
 
 pub const META: RuleMeta = RuleMeta {
-    code: "KK021",
+    code: "KK024",
     name: "shared-infra-identity",
     // Info: the instance profile is the recommended default (KK015 nudges Karpenter towards
     // it); this names what that choice trusts, it does not fail a lint run by default.
