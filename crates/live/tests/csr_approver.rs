@@ -88,6 +88,10 @@ async fn bearer(testbed: &Testbed, token: &str) -> Client {
 }
 
 async fn as_controller(testbed: &Testbed) -> Client {
+    Client::try_from(as_controller_config(testbed).await).unwrap()
+}
+
+async fn as_controller_config(testbed: &Testbed) -> kube::Config {
     let mut config = kube_config(testbed).await;
     config.auth_info.impersonate = Some(SA.into());
     config.auth_info.impersonate_groups = Some(vec![
@@ -95,7 +99,7 @@ async fn as_controller(testbed: &Testbed) -> Client {
         "system:serviceaccounts:karpenter".into(),
         "system:authenticated".into(),
     ]);
-    Client::try_from(config).unwrap()
+    config
 }
 
 async fn submit(client: &Client, name: &str, pem: &str, signer: &str, usages: &[&str]) {
@@ -385,4 +389,69 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         Err(kube::Error::Api(s)) if s.code == 403 => {}
         other => panic!("a token holder approved its own CSR: {other:?}"),
     }
+
+    // In the controller: once it leads (the rendered Lease, its own RBAC), it decides a new
+    // CSR within a few approve intervals, with no call from the test.
+    let late = format!("i-{u}{}", unique());
+    nodeclaim(&admin, &late).await;
+    let sdk = aws(&testbed, &moto_url(&testbed)).await;
+    let store_cluster = format!("csr-{}", unique());
+    let store = kk_live::store::JoinStore::new(
+        kk_live::store::StoreKind::Ssm,
+        &format!("/kk-test/{store_cluster}/join"),
+        &store_cluster,
+        &sdk,
+    );
+    let config = kk_live::controller::ControllerConfig {
+        cluster: "demo".into(),
+        api_server_endpoint: "api.test.internal:6443".into(),
+        ca_cert_hash: testbed_ca_hash(&testbed),
+        ttl: Duration::from_secs(600),
+        rotate_at: 0.5,
+        overlap: Duration::from_secs(60),
+        approve_every: Some(Duration::from_millis(200)),
+        tick: Duration::from_secs(5),
+        retry: Duration::from_secs(1),
+        lease: kk_live::controller::LeaseConfig {
+            namespace: "kube-system".into(),
+            name: "kubean-karpenter-rotator".into(),
+            identity: format!("csr-{}", unique()),
+            duration: Duration::from_secs(4),
+        },
+    };
+    let controller =
+        kk_live::controller::Controller::new(as_controller_config(&testbed).await, store, config)
+            .unwrap();
+    let metrics = controller.metrics();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller.run(async {
+        let _ = stopped.await;
+    }));
+    let by_controller = format!("controller-{u}");
+    submit(
+        &holder,
+        &by_controller,
+        &csr_pem(&subject(&late), "ec", None),
+        CLIENT_SIGNER,
+        &kubelet,
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let decided = loop {
+        if let Some(c) = condition(&admin, &by_controller).await {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller never decided the CSR"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(decided.0, "Approved", "{decided:?}");
+    assert!(metrics.is_leader());
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
