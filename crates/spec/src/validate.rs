@@ -49,10 +49,14 @@ re!(
     LABEL_VALUE,
     r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 );
+// A taint as kubelet and Kubespray's node_taints take it: a label key (optional DNS-subdomain
+// prefix), an optional label value, an effect. Nothing a shell or YAML would read twice.
 re!(
     INFRA_TAINT,
-    r"^([^=:]+)(=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9](=(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
 );
+// A POSIX login name (what Ansible's ansible_user is on the hosts).
+re!(SSH_USER, r"^[a-z_][a-z0-9_-]{0,31}$");
 re!(SSM_NAME, r"^/[A-Za-z0-9_.\-/]{1,1010}$");
 re!(SECRET_NAME, r"^[A-Za-z0-9/_+=.@-]{1,512}$");
 re!(INSTANCE_TYPE, r"^[a-z0-9-]+\.[a-z0-9-]+$");
@@ -186,6 +190,14 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
     }
     if k.ssh.user.trim().is_empty() {
         p.push((at.key("ssh").key("user"), "must not be empty".into()));
+    } else if !SSH_USER.is_match(&k.ssh.user) {
+        p.push((
+            at.key("ssh").key("user"),
+            format!(
+                "{:?} is not a login name ([a-z_][a-z0-9_-]{{0,31}})",
+                k.ssh.user
+            ),
+        ));
     }
     if k.ssh.port == 0 {
         p.push((at.key("ssh").key("port"), "port must be 1–65535".into()));
@@ -259,7 +271,7 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean) {
         if !INFRA_TAINT.is_match(taint) {
             p.push((
                 at.key("infraTaints").index(i),
-                format!("{taint:?} is not key=value:Effect (Effect one of NoSchedule, PreferNoSchedule, NoExecute)"),
+                format!("{taint:?} is not key=value:Effect (a label key, an optional label value, Effect one of NoSchedule, PreferNoSchedule, NoExecute)"),
             ));
         }
     }
