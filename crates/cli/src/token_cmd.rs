@@ -62,6 +62,10 @@ pub struct StoreArgs {
     /// CA hash to publish (default: from the spec's CA bundle, else the kubeconfig's CA).
     #[arg(long)]
     ca_cert_hash: Option<String>,
+    /// Customer-managed KMS key to encrypt the store with (default: the spec's join.kms.keyArn,
+    /// else the service's default key).
+    #[arg(long)]
+    kms_key_id: Option<String>,
 }
 
 impl StoreArgs {
@@ -83,6 +87,7 @@ struct Target {
     endpoint: String,
     region: Option<String>,
     ca_cert_hash: Option<String>,
+    kms_key_id: Option<String>,
 }
 
 impl Target {
@@ -98,7 +103,8 @@ impl Target {
 
     async fn open(&self) -> Result<JoinStore, Failure> {
         let sdk = store::aws_config(self.region.clone(), None).await?;
-        Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk))
+        Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk)
+            .with_kms_key(self.kms_key_id.clone()))
     }
 }
 
@@ -110,6 +116,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
     }
     let (mut cluster, mut spec_kind, mut name, mut endpoint, mut region, mut hash) =
         (None, None, None, None, None, None);
+    let mut kms = None;
     if let Some(spec) = &args.spec {
         let (loaded, base) = crate::load_spec(spec)?;
         let c = &loaded.spec;
@@ -123,6 +130,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
             c.spec.api_server.dns_name, c.spec.api_server.port
         ));
         region = Some(c.spec.aws.region.clone());
+        kms = c.spec.join.kms.as_ref().map(|k| k.key_arn.clone());
         if publish && args.ca_cert_hash.is_none() {
             let pem = crate::files::resolve_ca(&loaded, &base)?;
             hash = Some(
@@ -181,6 +189,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
         endpoint,
         region: args.region.clone().or(region),
         ca_cert_hash,
+        kms_key_id: args.kms_key_id.clone().or(kms),
     }))
 }
 

@@ -372,6 +372,8 @@ pub struct JoinStore {
     name: String,
     cluster: String,
     backend: Backend,
+    /// A customer-managed KMS key (ARN or ID) to encrypt with; `None`: the service's default.
+    kms_key: Option<String>,
 }
 
 impl JoinStore {
@@ -387,7 +389,15 @@ impl JoinStore {
             name: name.to_owned(),
             cluster: cluster.to_owned(),
             backend,
+            kms_key: None,
         }
+    }
+
+    /// Encrypts with this customer-managed KMS key (SSM: every write; Secrets Manager: the
+    /// secret's creation, later values keep the secret's key).
+    pub fn with_kms_key(mut self, key: Option<String>) -> Self {
+        self.kms_key = key;
+        self
     }
 
     pub fn kind(&self) -> StoreKind {
@@ -461,6 +471,7 @@ impl JoinStore {
                     .name(&self.name)
                     .value(value)
                     .r#type(ParameterType::SecureString)
+                    .set_key_id(self.kms_key.clone())
                     .overwrite(true)
                     .description(description)
                     .send()
@@ -503,6 +514,7 @@ impl JoinStore {
                         let created = client
                             .create_secret()
                             .name(&self.name)
+                            .set_kms_key_id(self.kms_key.clone())
                             .description(description)
                             .secret_string(&value)
                             .tags(Tag::builder().key(CLUSTER_TAG).value(&self.cluster).build())

@@ -462,3 +462,43 @@ async fn kube_and_aws_clients_live_in_one_process_with_one_crypto_provider() {
     // The testbed CA is not in the SDK's trust store: the handshake itself must fail cleanly.
     assert!(!err.to_string().is_empty());
 }
+
+/// With `join.kms` the SecureString is written under the customer-managed key (moto records
+/// the key; it does not enforce KMS permissions: the key policy is evaluated in
+/// crates/render/tests/iam_eval.rs).
+#[tokio::test]
+async fn a_store_with_a_kms_key_writes_under_it() {
+    let Some(testbed) = require(&repo(), "kms store") else {
+        return;
+    };
+    let cluster = format!("kms-{}", unique());
+    let key = "arn:aws:kms:us-east-1:123456789012:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+    let store = store(&testbed, StoreKind::Ssm, &cluster, &moto_url(&testbed))
+        .await
+        .with_kms_key(Some(key.to_owned()));
+    let config = store::JoinConfig {
+        api_server_endpoint: Some("api.test.internal:6443".into()),
+        token: token::BootstrapToken::generate().unwrap(),
+        ca_cert_hash: testbed_ca_hash(&testbed),
+        expiration: Timestamp::now() + Duration::from_secs(600),
+        superseded: None,
+    };
+    store.write(&config).await.unwrap();
+    let ssm = aws_sdk_ssm::Client::new(&aws(&testbed, &moto_url(&testbed)).await);
+    let described = ssm
+        .describe_parameters()
+        .parameter_filters(
+            aws_sdk_ssm::types::ParameterStringFilter::builder()
+                .key("Name")
+                .values(store.name())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let params = described.parameters();
+    assert_eq!(params.len(), 1, "{params:?}");
+    assert_eq!(params[0].key_id(), Some(key));
+    assert_eq!(store.read().await.unwrap().unwrap().token, config.token);
+}

@@ -264,10 +264,77 @@ fn join_store_policy(cluster: &ElasticCluster) -> Value {
     json!({ "Version": "2012-10-17", "Statement": statements })
 }
 
+/// The key policy of `join.kms`'s customer-managed key: the account may administer the key
+/// but not use it; this cluster's node role may only decrypt, and only through the store's
+/// service for this store; the writers may encrypt and decrypt for the store only. (An
+/// account-root `kms:*` statement would let any IAM policy in the account grant use.)
+fn join_store_kms_key_policy(cluster: &ElasticCluster) -> Option<Value> {
+    let spec = &cluster.spec;
+    let kms = spec.join.kms.as_ref()?;
+    let aws = &spec.aws;
+    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let store = names::join_store(spec, &cluster.metadata.name);
+    let node_role = format!("arn:{p}:iam::{acct}:role/{}", aws.node_role);
+    let (service, context) = match spec.join.mode {
+        JoinMode::Static => return None,
+        JoinMode::Ssm => (
+            format!("ssm.{r}.amazonaws.com"),
+            json!({ "StringEquals": { "kms:EncryptionContext:PARAMETER_ARN": format!(
+                "arn:{p}:ssm:{r}:{acct}:parameter/{}",
+                store.trim_start_matches('/')
+            ) } }),
+        ),
+        JoinMode::SecretsManager => (
+            format!("secretsmanager.{r}.amazonaws.com"),
+            json!({ "StringLike": { "kms:EncryptionContext:SecretARN": format!(
+                "arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"
+            ) } }),
+        ),
+    };
+    let mut use_condition = context;
+    use_condition["StringEquals"]["kms:ViaService"] = json!(service);
+    Some(json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AccountAdministersButDoesNotUse",
+                "Effect": "Allow",
+                "Principal": { "AWS": format!("arn:{p}:iam::{acct}:root") },
+                "Action": [
+                    "kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*",
+                    "kms:Update*", "kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*",
+                    "kms:TagResource", "kms:UntagResource", "kms:ScheduleKeyDeletion",
+                    "kms:CancelKeyDeletion"
+                ],
+                "Resource": "*"
+            },
+            {
+                "Sid": "NodesDecryptTheJoinStore",
+                "Effect": "Allow",
+                "Principal": { "AWS": node_role },
+                "Action": "kms:Decrypt",
+                "Resource": "*",
+                "Condition": use_condition
+            },
+            {
+                "Sid": "WritersPublishTheJoinStore",
+                "Effect": "Allow",
+                "Principal": { "AWS": kms.writer_arns },
+                "Action": ["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": "*",
+                "Condition": use_condition
+            }
+        ]
+    }))
+}
+
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     let spec = &cluster.spec;
     let aws = &spec.aws;
     bundle.add_json("iam/controller-policy.json", &controller_policy(cluster))?;
+    if let Some(policy) = join_store_kms_key_policy(cluster) {
+        bundle.add_json("iam/join-store-kms-key-policy.json", &policy)?;
+    }
     bundle.add_json(
         "iam/node-role-trust-policy.json",
         &json!({

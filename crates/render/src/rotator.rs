@@ -44,7 +44,7 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
     let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": NAME });
     let selector = json!({ "app.kubernetes.io/name": NAME });
     let store_name = names::join_store(spec, name);
-    let args = vec![
+    let mut args = vec![
         "controller".to_owned(),
         format!("--cluster={name}"),
         format!("--store={store}"),
@@ -69,6 +69,9 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
         format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
         "--log-format=json".to_owned(),
     ];
+    if let Some(kms) = &spec.join.kms {
+        args.push(format!("--kms-key-id={}", kms.key_arn));
+    }
     let mut env = vec![
         json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }),
         json!({ "name": "AWS_REGION", "value": spec.aws.region }),

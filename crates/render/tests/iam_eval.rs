@@ -260,3 +260,185 @@ fn a_static_mode_node_reads_no_parameter_of_the_account() {
         Verdict::ExplicitDeny
     );
 }
+
+/// Key-policy evaluation: statements apply when the `Principal` names the caller (or the
+/// account root names every principal of the account, which is why ours does not grant use to
+/// it) and every condition holds (StringEquals / StringLike on the request context).
+fn evaluate_key_policy(
+    policy: &Value,
+    principal: &str,
+    action: &str,
+    context: &[(&str, &str)],
+) -> Verdict {
+    let holds = |cond: Option<&Value>| -> bool {
+        let Some(cond) = cond else { return true };
+        cond.as_object().unwrap().iter().all(|(op, pairs)| {
+            pairs.as_object().unwrap().iter().all(|(key, want)| {
+                let got = context.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
+                let Some(got) = got else { return false };
+                match op.as_str() {
+                    "StringEquals" => any_matches_exact(want, got),
+                    "StringLike" => any_matches(want, got, false),
+                    other => panic!("condition operator {other} not modelled"),
+                }
+            })
+        })
+    };
+    let mut verdict = Verdict::ImplicitDeny;
+    for st in policy["Statement"].as_array().unwrap() {
+        let principals = &st["Principal"]["AWS"];
+        let names: Vec<&str> = match principals {
+            Value::String(s) => vec![s],
+            Value::Array(a) => a.iter().map(|v| v.as_str().unwrap()).collect(),
+            other => panic!("principal {other}"),
+        };
+        if !names.contains(&principal) || !any_matches(&st["Action"], action, true) {
+            continue;
+        }
+        if !holds(st.get("Condition")) {
+            continue;
+        }
+        if st["Effect"] == "Deny" {
+            return Verdict::ExplicitDeny;
+        }
+        verdict = Verdict::Allow;
+    }
+    verdict
+}
+
+fn any_matches_exact(list: &Value, text: &str) -> bool {
+    match list {
+        Value::String(s) => s == text,
+        Value::Array(a) => a.iter().any(|v| v.as_str() == Some(text)),
+        other => panic!("{other}"),
+    }
+}
+
+fn with_kms(name: &str, mode: JoinMode) -> ElasticCluster {
+    let mut c = cluster(name, mode);
+    c.spec.join.kms = Some(kk_spec::JoinKms {
+        key_arn: format!("arn:aws:kms:us-east-1:{ACCT}:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"),
+        writer_arns: vec![format!("arn:aws:iam::{ACCT}:role/rotator-{name}")],
+    });
+    c
+}
+
+fn key_policy(c: &ElasticCluster) -> Value {
+    let pem = kk_render::inline_ca_pem(c).unwrap().unwrap();
+    let bundle = kk_render::render(c, &pem).unwrap();
+    serde_json::from_str(&bundle.files["iam/join-store-kms-key-policy.json"]).unwrap()
+}
+
+/// The customer-managed key: only this cluster's node role decrypts, only through SSM, only
+/// for this store; the rotator writes; the account (and so any IAM policy) cannot use it.
+#[test]
+fn the_store_key_decrypts_only_for_this_clusters_nodes_and_store() {
+    let demo = with_kms("demo", JoinMode::Ssm);
+    let policy = key_policy(&demo);
+    let node = format!("arn:aws:iam::{ACCT}:role/{}", demo.spec.aws.node_role);
+    let via = ("kms:ViaService", "ssm.us-east-1.amazonaws.com");
+    let store = param("/kubean-karpenter/demo/join");
+    let ctx = [via, ("kms:EncryptionContext:PARAMETER_ARN", store.as_str())];
+    assert_eq!(
+        evaluate_key_policy(&policy, &node, "kms:Decrypt", &ctx),
+        Verdict::Allow
+    );
+    assert_eq!(
+        evaluate_key_policy(&policy, &node, "kms:Encrypt", &ctx),
+        Verdict::ImplicitDeny
+    );
+    // Another parameter under the same key, or a direct Decrypt call: refused.
+    let other_store = param("/kubean-karpenter/other/join");
+    let elsewhere = [
+        via,
+        ("kms:EncryptionContext:PARAMETER_ARN", other_store.as_str()),
+    ];
+    assert_eq!(
+        evaluate_key_policy(&policy, &node, "kms:Decrypt", &elsewhere),
+        Verdict::ImplicitDeny
+    );
+    assert_eq!(
+        evaluate_key_policy(
+            &policy,
+            &node,
+            "kms:Decrypt",
+            &[("kms:EncryptionContext:PARAMETER_ARN", store.as_str())]
+        ),
+        Verdict::ImplicitDeny
+    );
+    // Another cluster's node role (another role name) and the account root cannot decrypt.
+    let other = cluster("other", JoinMode::Ssm);
+    assert_eq!(
+        other.spec.aws.node_role, demo.spec.aws.node_role,
+        "same example role name"
+    );
+    let foreign = format!("arn:aws:iam::{ACCT}:role/KarpenterNodeRole-other");
+    assert_eq!(
+        evaluate_key_policy(&policy, &foreign, "kms:Decrypt", &ctx),
+        Verdict::ImplicitDeny
+    );
+    let root = format!("arn:aws:iam::{ACCT}:root");
+    assert_eq!(
+        evaluate_key_policy(&policy, &root, "kms:Decrypt", &ctx),
+        Verdict::ImplicitDeny
+    );
+    assert_eq!(
+        evaluate_key_policy(&policy, &root, "kms:PutKeyPolicy", &[]),
+        Verdict::Allow
+    );
+    // The rotator writes.
+    let writer = format!("arn:aws:iam::{ACCT}:role/rotator-demo");
+    assert_eq!(
+        evaluate_key_policy(&policy, &writer, "kms:GenerateDataKey", &ctx),
+        Verdict::Allow
+    );
+    // Secrets Manager: the secret's ARN pattern and its service.
+    let sm = with_kms("demo", JoinMode::SecretsManager);
+    let policy = key_policy(&sm);
+    let secret_arn = secret("kubean-karpenter/demo/join");
+    let ctx = [
+        ("kms:ViaService", "secretsmanager.us-east-1.amazonaws.com"),
+        ("kms:EncryptionContext:SecretARN", secret_arn.as_str()),
+    ];
+    assert_eq!(
+        evaluate_key_policy(&policy, &node, "kms:Decrypt", &ctx),
+        Verdict::Allow
+    );
+}
+
+#[test]
+fn a_kms_key_needs_a_store_and_a_writer() {
+    let mut c = with_kms("demo", JoinMode::Static);
+    let problems = kk_spec::validate(&c);
+    assert!(
+        problems
+            .iter()
+            .any(|(p, _)| p.to_string() == "spec.join.kms"),
+        "{problems:?}"
+    );
+    c = with_kms("demo", JoinMode::Ssm);
+    c.spec.join.kms.as_mut().unwrap().writer_arns.clear();
+    c.spec.join.kms.as_mut().unwrap().key_arn = "alias/mine".into();
+    let problems: Vec<String> = kk_spec::validate(&c)
+        .iter()
+        .map(|(p, _)| p.to_string())
+        .collect();
+    assert!(
+        problems.contains(&"spec.join.kms.keyArn".to_owned()),
+        "{problems:?}"
+    );
+    assert!(
+        problems.contains(&"spec.join.kms.writerArns".to_owned()),
+        "{problems:?}"
+    );
+    // The rotator encrypts with it.
+    let c = with_kms("demo", JoinMode::Ssm);
+    let pem = kk_render::inline_ca_pem(&c).unwrap().unwrap();
+    let bundle = kk_render::render(&c, &pem).unwrap();
+    assert!(
+        bundle.files["rotator/join-token-rotator.yaml"].contains(&format!(
+            "--kms-key-id={}",
+            c.spec.join.kms.unwrap().key_arn
+        ))
+    );
+}

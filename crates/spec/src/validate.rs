@@ -57,6 +57,14 @@ re!(
 );
 // A POSIX login name (what Ansible's ansible_user is on the hosts).
 re!(SSH_USER, r"^[a-z_][a-z0-9_-]{0,31}$");
+re!(
+    KMS_KEY_ARN,
+    r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+);
+re!(
+    IAM_PRINCIPAL_ARN,
+    r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+$"
+);
 re!(SSM_NAME, r"^/[A-Za-z0-9_.\-/]{1,1010}$");
 re!(SECRET_NAME, r"^[A-Za-z0-9/_+=.@-]{1,512}$");
 re!(INSTANCE_TYPE, r"^[a-z0-9-]+\.[a-z0-9-]+$");
@@ -346,7 +354,42 @@ fn aws(p: &mut Problems, at: &FieldPath, a: &Aws) {
     }
 }
 
+fn join_kms(p: &mut Problems, at: &FieldPath, j: &Join) {
+    let Some(kms) = &j.kms else {
+        return;
+    };
+    let at = at.key("kms");
+    if j.mode == JoinMode::Static {
+        p.push((at, "static mode uses no store to encrypt".into()));
+        return;
+    }
+    if !KMS_KEY_ARN.is_match(&kms.key_arn) {
+        p.push((
+            at.key("keyArn"),
+            format!(
+                "{:?} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>)",
+                kms.key_arn
+            ),
+        ));
+    }
+    if kms.writer_arns.is_empty() {
+        p.push((
+            at.key("writerArns"),
+            "name the rotator's IAM role or user: nobody else may write the store".into(),
+        ));
+    }
+    for (i, arn) in kms.writer_arns.iter().enumerate() {
+        if !IAM_PRINCIPAL_ARN.is_match(arn) {
+            p.push((
+                at.key("writerArns").index(i),
+                format!("{arn:?} is not an IAM role or user ARN"),
+            ));
+        }
+    }
+}
+
 fn join(p: &mut Problems, at: &FieldPath, j: &Join) {
+    join_kms(p, at, j);
     match j.mode {
         JoinMode::Static => {
             match &j.token {
