@@ -36,7 +36,8 @@
 #
 # OUTDIR afterwards: calls.log, imds.log (JSON lines: method, path, token, status),
 # stdout.log, stderr.log, console.log, etc-upper/ (the script's writes under /etc),
-# sandbox.log (the runner's own messages).
+# run-files.log (files left under /run, a tmpfs of the sandbox's own), kubeadm-config.*
+# and cmdline-leaks.log (what the fake kubeadm found), sandbox.log (the runner's own messages).
 #
 # Exit status: the script's. 77: namespaces are not available here (not root, or unshare is
 # refused); 70: the sandbox could not be set up (see OUTDIR/sandbox.log); 64: bad usage.
@@ -170,6 +171,10 @@ inside() {
   OUT=$2
   setup_network
   setup_etc
+  # /run is a tmpfs of its own, as on an instance: the join configuration the script writes
+  # there never reaches the host's /run. What is left in it afterwards is listed.
+  mount -t tmpfs -o mode=0755 tmpfs /run || setup_fail "cannot mount a tmpfs on /run"
+  note "/run: a fresh tmpfs"
 
   local path="$SANDBOX_DIR/fakebin:$SYSTEM_PATH"
   if [ "${FAKE_FAST_SLEEP:-}" = 1 ]; then
@@ -225,6 +230,7 @@ inside() {
 
   kill "$IMDS_PID" 2>/dev/null || true
   wait "$IMDS_PID" 2>/dev/null || true
+  (cd /run && find . -type f | sort) >"$OUT/run-files.log"
   if [ -n "$ETC_TMPFS" ]; then
     cp -a "$ETC_TMPFS/upper/." "$OUT/etc-upper/"
   fi

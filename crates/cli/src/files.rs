@@ -111,6 +111,23 @@ fn find_named<'v>(config: &'v Value, list: &str, name: &str) -> Option<&'v Value
         .find(|entry| entry["name"].as_str() == Some(name))
 }
 
+fn private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(content)
+}
+
 /// Writes every file into a fresh sibling directory, then swaps it into place, so a
 /// failure leaves either the old bundle or the new one, never a mix.
 pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Result<(), Failure> {
@@ -129,12 +146,21 @@ pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Resu
         .prefix(".kubean-karpenter-")
         .tempdir_in(&parent)
         .map_err(|e| Failure(format!("{}: {e}", parent.display())))?;
+    // The bundle may hold a bootstrap token (static mode's userData): its directories are
+    // 0700 and its files 0600, whatever the umask.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Failure(format!("{}: {e}", staging.path().display())))?;
+    }
     for (rel, content) in &bundle.files {
         let path = staging.path().join(rel);
         if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?;
+            private_dirs(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?;
         }
-        std::fs::write(&path, content).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        write_private(&path, content.as_bytes())
+            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
     }
     let staged = staging.keep();
     if dir.exists() {

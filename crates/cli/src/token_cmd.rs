@@ -62,6 +62,10 @@ pub struct StoreArgs {
     /// CA hash to publish (default: from the spec's CA bundle, else the kubeconfig's CA).
     #[arg(long)]
     ca_cert_hash: Option<String>,
+    /// Customer-managed KMS key to encrypt the store with (default: the spec's join.kms.keyArn,
+    /// else the service's default key).
+    #[arg(long)]
+    kms_key_id: Option<String>,
 }
 
 impl StoreArgs {
@@ -83,6 +87,7 @@ struct Target {
     endpoint: String,
     region: Option<String>,
     ca_cert_hash: Option<String>,
+    kms_key_id: Option<String>,
 }
 
 impl Target {
@@ -98,7 +103,8 @@ impl Target {
 
     async fn open(&self) -> Result<JoinStore, Failure> {
         let sdk = store::aws_config(self.region.clone(), None).await?;
-        Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk))
+        Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk)
+            .with_kms_key(self.kms_key_id.clone()))
     }
 }
 
@@ -110,6 +116,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
     }
     let (mut cluster, mut spec_kind, mut name, mut endpoint, mut region, mut hash) =
         (None, None, None, None, None, None);
+    let mut kms = None;
     if let Some(spec) = &args.spec {
         let (loaded, base) = crate::load_spec(spec)?;
         let c = &loaded.spec;
@@ -123,6 +130,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
             c.spec.api_server.dns_name, c.spec.api_server.port
         ));
         region = Some(c.spec.aws.region.clone());
+        kms = c.spec.join.kms.as_ref().map(|k| k.key_arn.clone());
         if publish && args.ca_cert_hash.is_none() {
             let pem = crate::files::resolve_ca(&loaded, &base)?;
             hash = Some(
@@ -181,6 +189,7 @@ fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Fai
         endpoint,
         region: args.region.clone().or(region),
         ca_cert_hash,
+        kms_key_id: args.kms_key_id.clone().or(kms),
     }))
 }
 
@@ -208,9 +217,13 @@ pub enum TokenCommand {
     Create {
         #[command(flatten)]
         kube: KubeArgs,
-        /// Lifetime, e.g. 24h, 90m, 2d.
-        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        /// Lifetime, e.g. 2h, 90m. Over 24h needs --allow-long-ttl.
+        #[arg(long, default_value = "2h", value_parser = parse_duration)]
         ttl: Duration,
+        /// Accept a TTL over 24h (static join mode, where the token is baked into userData):
+        /// whoever steals it can join nodes for that long.
+        #[arg(long)]
+        allow_long_ttl: bool,
         /// Free text stored in the Secret's description.
         #[arg(long)]
         description: Option<String>,
@@ -249,11 +262,16 @@ pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
         TokenCommand::Create {
             kube,
             ttl,
+            allow_long_ttl,
             description,
             show_secret,
             publish,
             store,
-        } => create(&kube, ttl, description, show_secret, publish, &store),
+        } => {
+            token::check_ttl_ceiling(ttl, allow_long_ttl)
+                .map_err(|e| Failure(format!("--ttl: {e}")))?;
+            create(&kube, ttl, description, show_secret, publish, &store)
+        }
         TokenCommand::List { kube, output } => list(&kube, &output),
         TokenCommand::Revoke { kube, id, store } => revoke(&kube, &id, &store),
     }
@@ -304,6 +322,7 @@ fn create(
                     &new,
                     &target.endpoint,
                     &ca,
+                    None,
                     Timestamp::now(),
                 )
                 .await?;
@@ -460,12 +479,24 @@ pub struct ControllerArgs {
     kube: KubeArgs,
     #[command(flatten)]
     store: StoreArgs,
-    /// Lifetime of each token.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    /// Lifetime of each token (at most 24h).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
     ttl: Duration,
     /// Replace a token once this fraction of its lifetime has passed.
     #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
     rotate_at: f64,
+    /// How long a replaced token keeps working before it is deleted: longer than a node
+    /// takes from reading the store to sending its CSR (Karpenter gives up after 15 min).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    overlap: Duration,
+    /// How often the leader decides pending node CSRs from kubean-karpenter join tokens
+    /// (approved only for an instance a NodeClaim names; see docs/join-credentials.md).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    approve_interval: Duration,
+    /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
+    /// `kubectl certificate approve`).
+    #[arg(long)]
+    no_csr_approver: bool,
     /// How often the leader checks the store and the token.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     tick: Duration,
@@ -513,6 +544,8 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             ca_cert_hash: target.ca_hash(&connected)?,
             ttl: args.ttl,
             rotate_at: args.rotate_at,
+            overlap: args.overlap,
+            approve_every: (!args.no_csr_approver).then_some(args.approve_interval),
             tick: args.tick,
             retry: args.retry,
             lease: LeaseConfig {
@@ -526,7 +559,7 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             },
         };
         let store = target.open().await?;
-        let mut controller = Controller::new(connected.client, store, config)?;
+        let mut controller = Controller::new(connected.config, store, config)?;
         if let Some(addr) = metrics_addr {
             let bound = controller.bind(addr).await?;
             eprintln!("serving /metrics, /healthz and /readyz on {bound}");

@@ -21,15 +21,23 @@ fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
 }
 
 fn provider_id(nc: &DynamicObject) -> Option<String> {
-    nc.data["status"]["providerID"].as_str().filter(|s| !s.is_empty()).map(str::to_owned)
+    nc.data["status"]["providerID"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 fn node_for(lab: &Lab, provider_id: &str) -> Option<Node> {
-    lab.nodes().into_iter().find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    lab.nodes()
+        .into_iter()
+        .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
 }
 
 fn has_taint(node: &Node, key: &str) -> bool {
-    node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| t.iter().any(|t| t.key == key))
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
 }
 
 fn running(p: &Pod) -> bool {
@@ -37,9 +45,16 @@ fn running(p: &Pod) -> bool {
 }
 
 fn unschedulable(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| {
-        cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-    })
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
 }
 
 fn instance_state(lab: &Lab, provider_id: &str) -> String {
@@ -49,48 +64,117 @@ fn instance_state(lab: &Lab, provider_id: &str) -> String {
 
 /// Follows one pool's NodeClaim from creation to an initialized Node; returns its provider ID.
 fn follow_to_initialized(lab: &mut Lab, pool: &str) -> String {
-    let name = lab.wait("NodeClaim created", MIN, |l| claim_of(l, pool)).metadata.name.unwrap();
+    let name = lab
+        .wait("NodeClaim created", MIN, |l| claim_of(l, pool))
+        .metadata
+        .name
+        .unwrap();
     let pid = lab.wait("NodeClaim Launched (CreateFleet in moto)", MIN, |l| {
-        claim_of(l, pool).filter(|nc| is_true(nc, "Launched")).and_then(|nc| provider_id(&nc))
+        claim_of(l, pool)
+            .filter(|nc| is_true(nc, "Launched"))
+            .and_then(|nc| provider_id(&nc))
     });
-    lab.wait("instance running in moto", MIN, |l| (instance_state(l, &pid) == "running").then_some(()));
-    let node = lab.wait("Node registered with the instance's provider ID", 3 * MIN, |l| node_for(l, &pid));
+    lab.wait("instance running in moto", MIN, |l| {
+        (instance_state(l, &pid) == "running").then_some(())
+    });
+    let node = lab.wait(
+        "Node registered with the instance's provider ID",
+        3 * MIN,
+        |l| node_for(l, &pid),
+    );
     let id = pid.rsplit('/').next().unwrap();
-    assert_eq!(node.metadata.name.as_deref(), Some(id), "node named after the instance ID");
-    assert!(pid.starts_with("aws:///") && pid.split('/').count() == 5, "provider ID aws:///<az>/<id>: {pid}");
-    lab.wait("CCM initialized the Node (uninitialized taint gone)", 2 * MIN, |l| {
-        node_for(l, &pid).filter(|n| !has_taint(n, "node.cloudprovider.kubernetes.io/uninitialized"))
+    assert_eq!(
+        node.metadata.name.as_deref(),
+        Some(id),
+        "node named after the instance ID"
+    );
+    assert!(
+        pid.starts_with("aws:///") && pid.split('/').count() == 5,
+        "provider ID aws:///<az>/<id>: {pid}"
+    );
+    lab.wait(
+        "CCM initialized the Node (uninitialized taint gone)",
+        2 * MIN,
+        |l| {
+            node_for(l, &pid)
+                .filter(|n| !has_taint(n, "node.cloudprovider.kubernetes.io/uninitialized"))
+        },
+    );
+    lab.wait("NodeClaim Registered", MIN, |l| {
+        claim_of(l, pool).filter(|nc| is_true(nc, "Registered"))
     });
-    lab.wait("NodeClaim Registered", MIN, |l| claim_of(l, pool).filter(|nc| is_true(nc, "Registered")));
-    lab.wait("NodeClaim Initialized", 2 * MIN, |l| claim_of(l, pool).filter(|nc| is_true(nc, "Initialized")));
-    assert_eq!(claim_of(lab, pool).unwrap().metadata.name.unwrap(), name, "the same NodeClaim all along");
+    lab.wait("NodeClaim Initialized", 2 * MIN, |l| {
+        claim_of(l, pool).filter(|nc| is_true(nc, "Initialized"))
+    });
+    assert_eq!(
+        claim_of(lab, pool).unwrap().metadata.name.unwrap(),
+        name,
+        "the same NodeClaim all along"
+    );
     pid
 }
 
 #[test]
 fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
-    let Some(mut lab) = Lab::require("seed story, CPU pool") else { return };
+    let Some(mut lab) = Lab::require("seed story, CPU pool") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 2);
     lab.wait("inflate pods Pending (Unschedulable)", MIN, |l| {
-        let pods: Vec<Pod> = l.pods("default").into_iter().filter(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("inflate-")).collect();
+        let pods: Vec<Pod> = l
+            .pods("default")
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("inflate-")
+            })
+            .collect();
         (pods.len() == 2 && pods.iter().all(unschedulable)).then_some(())
     });
     let pid = follow_to_initialized(&mut lab, "workload-general");
     let node = node_for(&lab, &pid).unwrap();
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("workload-tier").map(String::as_str), Some("general"), "pool label from the kubelet flags");
-    assert!(labels.contains_key("node.kubernetes.io/instance-type"), "CCM labels: {labels:?}");
+    assert_eq!(
+        labels.get("workload-tier").map(String::as_str),
+        Some("general"),
+        "pool label from the kubelet flags"
+    );
+    assert!(
+        labels.contains_key("node.kubernetes.io/instance-type"),
+        "CCM labels: {labels:?}"
+    );
     lab.wait("inflate pods Running on the new node", MIN, |l| {
-        let pods: Vec<Pod> = l.pods("default").into_iter().filter(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("inflate-")).collect();
+        let pods: Vec<Pod> = l
+            .pods("default")
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("inflate-")
+            })
+            .collect();
         (pods.len() == 2 && pods.iter().all(running)).then_some(())
     });
 
     lab.scale("inflate-workload-general", 0);
-    lab.wait("Karpenter consolidated the empty node (NodeClaim gone)", 4 * MIN, |l| claim_of(l, "workload-general").is_none().then_some(()));
+    lab.wait(
+        "Karpenter consolidated the empty node (NodeClaim gone)",
+        4 * MIN,
+        |l| claim_of(l, "workload-general").is_none().then_some(()),
+    );
     lab.wait("instance terminated in moto", MIN, |l| {
-        matches!(instance_state(l, &pid).as_str(), "shutting-down" | "terminated").then_some(())
+        matches!(
+            instance_state(l, &pid).as_str(),
+            "shutting-down" | "terminated"
+        )
+        .then_some(())
     });
     lab.print_phases();
 }
@@ -101,15 +185,27 @@ fn seed_story_gpu_pool_runs_the_cuda_pod_once_the_device_plugin_advertises_the_g
     // container runs AND the node's containerd runs nvidia as its default runtime. The CUDA
     // sample prints nothing on the fake runtime, so "passed" means: Running on a node that
     // advertises the GPU it asked for.
-    let Some(mut lab) = Lab::require("seed story, GPU pool") else { return };
+    let Some(mut lab) = Lab::require("seed story, GPU pool") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
     lab.deploy(&spec, &bundle);
     let pid = follow_to_initialized(&mut lab, "workload-gpu-l4");
     let node = node_for(&lab, &pid).unwrap();
-    let gpus = node.status.and_then(|s| s.allocatable).and_then(|a| a.get("nvidia.com/gpu").cloned());
-    assert_eq!(gpus.map(|q| q.0), Some("1".to_owned()), "g6.xlarge advertises one GPU");
+    let gpus = node
+        .status
+        .and_then(|s| s.allocatable)
+        .and_then(|a| a.get("nvidia.com/gpu").cloned());
+    assert_eq!(
+        gpus.map(|q| q.0),
+        Some("1".to_owned()),
+        "g6.xlarge advertises one GPU"
+    );
     lab.wait("CUDA pod Running on the GPU node", MIN, |l| {
-        l.pods("default").into_iter().find(|p| p.metadata.name.as_deref() == Some("cuda-vectoradd-workload-gpu-l4")).filter(running)
+        l.pods("default")
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some("cuda-vectoradd-workload-gpu-l4"))
+            .filter(running)
     });
     lab.print_phases();
 }
@@ -128,33 +224,61 @@ fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
 /// Launched, the console says why, and the NodeClaim never becomes Registered.
 fn assert_never_registers(lab: &mut Lab, pool: &str, console_says: &str) {
     let pid = lab.wait("NodeClaim Launched", MIN, |l| {
-        claim_of(l, pool).filter(|nc| is_true(nc, "Launched")).and_then(|nc| provider_id(&nc))
+        claim_of(l, pool)
+            .filter(|nc| is_true(nc, "Launched"))
+            .and_then(|nc| provider_id(&nc))
     });
-    lab.wait(&format!("console says {console_says:?}"), 2 * MIN, |l| l.console(&pid).contains(console_says).then_some(()));
-    lab.never("the NodeClaim became Registered", Duration::from_secs(20), |l| {
-        claim_of(l, pool).filter(|nc| is_true(nc, "Registered")).map(|nc| nc.metadata.name)
+    lab.wait(&format!("console says {console_says:?}"), 2 * MIN, |l| {
+        l.console(&pid).contains(console_says).then_some(())
     });
+    lab.never(
+        "the NodeClaim became Registered",
+        Duration::from_secs(20),
+        |l| {
+            claim_of(l, pool)
+                .filter(|nc| is_true(nc, "Registered"))
+                .map(|nc| nc.metadata.name)
+        },
+    );
     assert!(node_for(lab, &pid).is_none(), "no Node for {pid}");
     lab.print_phases();
 }
 
 #[test]
 fn failure_expired_token_in_the_store_leaves_the_nodeclaim_launched_and_not_registered() {
-    let Some(mut lab) = Lab::require("failure: expired token") else { return };
+    let Some(mut lab) = Lab::require("failure: expired token") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
     lab.deploy(&spec, &bundle);
-    edit_store(&lab, "/kubean-karpenter/lab/join", "KK_EXPIRATION", "2026-01-01T00:00:00Z");
+    edit_store(
+        &lab,
+        "/kubean-karpenter/lab/join",
+        "KK_EXPIRATION",
+        "2026-01-01T00:00:00Z",
+    );
     lab.scale("inflate-workload-general", 1);
-    assert_never_registers(&mut lab, "workload-general", "expired at 2026-01-01T00:00:00Z");
+    assert_never_registers(
+        &mut lab,
+        "workload-general",
+        "expired at 2026-01-01T00:00:00Z",
+    );
 }
 
 #[test]
 fn failure_wrong_ca_hash_fails_kubeadm_discovery_and_the_node_never_registers() {
-    let Some(mut lab) = Lab::require("failure: wrong CA hash") else { return };
+    let Some(mut lab) = Lab::require("failure: wrong CA hash") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
     lab.deploy(&spec, &bundle);
     let wrong = format!("sha256:{}", "0".repeat(64));
-    edit_store(&lab, "/kubean-karpenter/lab/join", "KK_CA_CERT_HASH", &wrong);
+    edit_store(
+        &lab,
+        "/kubean-karpenter/lab/join",
+        "KK_CA_CERT_HASH",
+        &wrong,
+    );
     lab.scale("inflate-workload-general", 1);
     // kubeadm's own refusal of an unpinned CA.
     assert_never_registers(&mut lab, "workload-general", "are pinned");
@@ -162,30 +286,49 @@ fn failure_wrong_ca_hash_fails_kubeadm_discovery_and_the_node_never_registers() 
 
 #[test]
 fn failure_gpu_ami_without_the_nvidia_container_runtime_fails_its_boot() {
-    let Some(mut lab) = Lab::require("failure: NVIDIA runtime missing") else { return };
+    let Some(mut lab) = Lab::require("failure: NVIDIA runtime missing") else {
+        return;
+    };
     // lab-kit/amis.json: ami-0c0ffee0c0ffee003 is a GPU image without the NVIDIA toolkit.
-    let (spec, bundle) = lab.render(|s| s.replace("ami-0c0ffee0c0ffee002", "ami-0c0ffee0c0ffee003"));
+    let (spec, bundle) =
+        lab.render(|s| s.replace("ami-0c0ffee0c0ffee002", "ami-0c0ffee0c0ffee003"));
     lab.deploy(&spec, &bundle);
-    assert_never_registers(&mut lab, "workload-gpu-l4", "nvidia-container-runtime not found");
+    assert_never_registers(
+        &mut lab,
+        "workload-gpu-l4",
+        "nvidia-container-runtime not found",
+    );
 }
 
 #[test]
 fn failure_passrole_refused_leaves_pods_pending_and_launches_nothing() {
     // moto enforces no IAM: the lab makes it refuse CreateFleet as EC2 does when the
     // controller may not pass the node role (testbed/moto_seeded.py install_faults).
-    let Some(mut lab) = Lab::require("failure: iam:PassRole missing") else { return };
+    let Some(mut lab) = Lab::require("failure: iam:PassRole missing") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
-    std::fs::write(std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("passrole-denied"), "").unwrap();
+    std::fs::write(
+        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("passrole-denied"),
+        "",
+    )
+    .unwrap();
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 1);
     let message = lab.wait("NodeClaim refused at launch", MIN, |l| {
         claim_of(l, "workload-general").and_then(|nc| {
-            nc.data["status"]["conditions"].as_array().into_iter().flatten()
+            nc.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
                 .find(|c| c["type"] == "Launched" && c["status"] == "False")
                 .and_then(|c| c["message"].as_str().map(str::to_owned))
         })
     });
-    assert!(message.contains("UnauthorizedOperation") || message.contains("PassRole"), "{message}");
+    assert!(
+        message.contains("UnauthorizedOperation") || message.contains("PassRole"),
+        "{message}"
+    );
     lab.never("an instance was launched", Duration::from_secs(15), |l| {
         let n = l.aws("print(sum(len(r['Instances']) for r in ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']}, {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])['Reservations']))");
         (n != "0").then_some(n)
@@ -195,22 +338,44 @@ fn failure_passrole_refused_leaves_pods_pending_and_launches_nothing() {
 
 #[test]
 fn failure_device_plugin_that_does_not_tolerate_the_pool_taint_never_reaches_the_gpu_node() {
-    let Some(mut lab) = Lab::require("failure: device plugin toleration mismatch") else { return };
+    let Some(mut lab) = Lab::require("failure: device plugin toleration mismatch") else {
+        return;
+    };
     let (spec, bundle) = lab.render(|s| s);
     lab.deploy(&spec, &bundle);
     // What a hand-edited plugin manifest does: tolerate only the upstream default taint.
     let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
     let patch = json!({"spec": {"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}});
-    lab.rt.block_on(ds.patch("nvidia-device-plugin", &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
+    lab.rt
+        .block_on(ds.patch(
+            "nvidia-device-plugin",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        ))
+        .unwrap();
     let pid = lab.wait("GPU NodeClaim Registered", 3 * MIN, |l| {
-        claim_of(l, "workload-gpu-l4").filter(|nc| is_true(nc, "Registered")).and_then(|nc| provider_id(&nc))
+        claim_of(l, "workload-gpu-l4")
+            .filter(|nc| is_true(nc, "Registered"))
+            .and_then(|nc| provider_id(&nc))
     });
     let node = node_for(&lab, &pid).unwrap().metadata.name.unwrap();
-    lab.never("a device-plugin pod ran on the GPU node", Duration::from_secs(20), |l| {
-        l.pods("kube-system").into_iter().find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
-            .map(|p| p.metadata.name)
-    });
+    lab.never(
+        "a device-plugin pod ran on the GPU node",
+        Duration::from_secs(20),
+        |l| {
+            l.pods("kube-system")
+                .into_iter()
+                .find(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+                })
+                .map(|p| p.metadata.name)
+        },
+    );
     let nc = claim_of(&lab, "workload-gpu-l4").unwrap();
-    assert_ne!(condition(&nc, "Initialized").as_deref(), Some("True"), "a GPU node without its plugin never initializes");
+    assert_ne!(
+        condition(&nc, "Initialized").as_deref(),
+        Some("True"),
+        "a GPU node without its plugin never initializes"
+    );
     lab.print_phases();
 }

@@ -31,6 +31,7 @@
 //! | KK021 | nodeclass | kubeadm-join-on-eks-ami (issue 11)                                 |
 //! | KK022 | cluster   | ccm-cluster-id (issue 11)                                          |
 //! | KK023 | userdata  | nvidia-runtime-without-containerd-restart (issue 11)               |
+//! | KK024 | workload  | shared-infra-identity (issue 12)                                   |
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
@@ -90,6 +91,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodeclass::kubeadm_on_eks_ami::KubeadmJoinOnEksAmi,
     &rules::cluster::ccm_cluster_id::CcmClusterId,
     &rules::userdata::containerd_restart::NvidiaRuntimeWithoutRestart,
+    &rules::workload::shared_infra_identity::SharedInfraIdentity,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

@@ -93,6 +93,8 @@ pub async fn from_cluster(client: &Client, namespace: &str) -> Result<String, Ca
 /// A client plus the CA hash its config trusts (for publishing without `--ca-cert-hash`).
 pub struct Connected {
     pub client: Client,
+    /// What `client` was built from.
+    pub config: kube::Config,
     pub ca_cert_hash: Result<String, CaHashError>,
 }
 
@@ -111,9 +113,10 @@ pub async fn connect(
         config.reset_reader_on_write = true;
     }
     let ca_cert_hash = from_client_config(&config);
-    let client = Client::try_from(config).map_err(ClientError::Client)?;
+    let client = Client::try_from(config.clone()).map_err(ClientError::Client)?;
     Ok(Connected {
         client,
+        config,
         ca_cert_hash,
     })
 }

@@ -179,6 +179,16 @@ pub struct JoinConfig {
     pub token: BootstrapToken,
     pub ca_cert_hash: String,
     pub expiration: Timestamp,
+    /// The token this one replaced, still valid for nodes that read it just before the
+    /// rotation, and when the rotator deletes it (whichever replica leads by then).
+    pub superseded: Option<Superseded>,
+}
+
+/// A replaced token's ID (never its secret) and the end of its overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superseded {
+    pub id: String,
+    pub delete_after: Timestamp,
 }
 
 /// `sha256:` and 64 lowercase hex digits.
@@ -223,12 +233,20 @@ impl JoinConfig {
             "KK_EXPIRATION={}\n",
             token::rfc3339(self.expiration)
         ));
+        if let Some(old) = &self.superseded {
+            out.push_str(&format!("KK_SUPERSEDED_TOKEN_ID={}\n", old.id));
+            out.push_str(&format!(
+                "KK_SUPERSEDED_DELETE_AFTER={}\n",
+                token::rfc3339(old.delete_after)
+            ));
+        }
         out
     }
 
     /// Reads the store's value; errors name the key, never the value.
     pub fn parse(text: &str) -> Result<Self, String> {
         let (mut endpoint, mut tok, mut hash, mut exp) = (None, None, None, None);
+        let (mut old_id, mut old_after) = (None, None);
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -259,6 +277,17 @@ impl JoinConfig {
                             .map_err(|_| "KK_EXPIRATION is not an RFC 3339 time".to_owned())?,
                     )
                 }
+                "KK_SUPERSEDED_TOKEN_ID" => {
+                    let v = value.trim();
+                    token::validate_id(v)
+                        .map_err(|_| "KK_SUPERSEDED_TOKEN_ID is not a token ID".to_owned())?;
+                    old_id = Some(v.to_owned());
+                }
+                "KK_SUPERSEDED_DELETE_AFTER" => {
+                    old_after = Some(value.trim().parse::<Timestamp>().map_err(|_| {
+                        "KK_SUPERSEDED_DELETE_AFTER is not an RFC 3339 time".to_owned()
+                    })?)
+                }
                 // Later versions may add keys; the userData ignores them too.
                 _ => {}
             }
@@ -268,6 +297,15 @@ impl JoinConfig {
             token: tok.ok_or("no KK_TOKEN line")?,
             ca_cert_hash: hash.ok_or("no KK_CA_CERT_HASH line")?,
             expiration: exp.ok_or("no KK_EXPIRATION line")?,
+            superseded: match (old_id, old_after) {
+                (Some(id), Some(delete_after)) => Some(Superseded { id, delete_after }),
+                (None, None) => None,
+                _ => {
+                    return Err(
+                        "KK_SUPERSEDED_TOKEN_ID and KK_SUPERSEDED_DELETE_AFTER go together".into(),
+                    );
+                }
+            },
         })
     }
 }
@@ -334,6 +372,8 @@ pub struct JoinStore {
     name: String,
     cluster: String,
     backend: Backend,
+    /// A customer-managed KMS key (ARN or ID) to encrypt with; `None`: the service's default.
+    kms_key: Option<String>,
 }
 
 impl JoinStore {
@@ -349,7 +389,15 @@ impl JoinStore {
             name: name.to_owned(),
             cluster: cluster.to_owned(),
             backend,
+            kms_key: None,
         }
+    }
+
+    /// Encrypts with this customer-managed KMS key (SSM: every write; Secrets Manager: the
+    /// secret's creation, later values keep the secret's key).
+    pub fn with_kms_key(mut self, key: Option<String>) -> Self {
+        self.kms_key = key;
+        self
     }
 
     pub fn kind(&self) -> StoreKind {
@@ -423,6 +471,7 @@ impl JoinStore {
                     .name(&self.name)
                     .value(value)
                     .r#type(ParameterType::SecureString)
+                    .set_key_id(self.kms_key.clone())
                     .overwrite(true)
                     .description(description)
                     .send()
@@ -465,6 +514,7 @@ impl JoinStore {
                         let created = client
                             .create_secret()
                             .name(&self.name)
+                            .set_kms_key_id(self.kms_key.clone())
                             .description(description)
                             .secret_string(&value)
                             .tags(Tag::builder().key(CLUSTER_TAG).value(&self.cluster).build())
@@ -531,6 +581,7 @@ pub async fn create_and_publish(
     new: &NewToken,
     api_server_endpoint: &str,
     ca_cert_hash: &str,
+    superseded: Option<Superseded>,
     now: Timestamp,
 ) -> Result<Publication, PublishError> {
     let (token, info) = token::create(client, new, now).await?;
@@ -541,6 +592,7 @@ pub async fn create_and_publish(
         expiration: info
             .expiration
             .unwrap_or_else(|| token::expiration_after(now, new.ttl).unwrap_or(now)),
+        superseded,
     };
     let error = match store.write(&config).await {
         Ok(()) => {
@@ -588,6 +640,7 @@ mod tests {
             token: BootstrapToken::parse("abcdef.0123456789abcdef").unwrap(),
             ca_cert_hash: format!("sha256:{}", "a".repeat(64)),
             expiration: "2030-01-01T00:00:00Z".parse().unwrap(),
+            superseded: None,
         };
         let text = config.render();
         assert_eq!(
@@ -599,6 +652,21 @@ mod tests {
         );
         assert_eq!(JoinConfig::parse(&text).unwrap(), config);
         assert!(!format!("{config:?}").contains("0123456789abcdef"));
+        // A rotation records the token it replaced (its ID only) and when it goes.
+        let rotated = JoinConfig {
+            superseded: Some(Superseded {
+                id: "zyxwvu".into(),
+                delete_after: "2030-01-01T00:20:00Z".parse().unwrap(),
+            }),
+            ..config
+        };
+        let text = rotated.render();
+        assert!(text.ends_with(
+            "KK_SUPERSEDED_TOKEN_ID=zyxwvu\nKK_SUPERSEDED_DELETE_AFTER=2030-01-01T00:20:00Z\n"
+        ));
+        assert_eq!(JoinConfig::parse(&text).unwrap(), rotated);
+        let half = text.replace("KK_SUPERSEDED_TOKEN_ID=zyxwvu\n", "");
+        assert!(JoinConfig::parse(&half).is_err());
     }
 
     #[test]

@@ -21,11 +21,14 @@ pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 /// Name prefix of a token Secret; the rest is the token ID.
 pub const SECRET_PREFIX: &str = "bootstrap-token-";
 /// The group kubeadm's RBAC lets join nodes (CSR creation, auto-approval, cluster-info).
+/// Kubespray's own joins use it; our tokens do not (see [`JOIN_TOKEN_GROUP`]).
 pub const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The group our tokens carry: join rights without kubeadm's blanket CSR auto-approval.
+pub const JOIN_TOKEN_GROUP: &str = kk_render::names::JOIN_TOKEN_GROUP;
 /// Every token Secret we create carries this label (the rotator deletes only these).
 pub const MANAGED_BY: (&str, &str) = kk_render::names::MANAGED_BY;
 /// The cluster a managed token was made for (scopes the rotator's clean-up).
-pub const CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
+pub const CLUSTER_LABEL: &str = kk_render::names::TOKEN_CLUSTER_LABEL;
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 
@@ -36,8 +39,12 @@ pub enum TokenError {
     /// Deliberately says nothing about the value: it may hold a secret.
     #[error("malformed bootstrap token (expected [a-z0-9]{{6}}.[a-z0-9]{{16}})")]
     Malformed,
-    #[error("invalid token ID {0:?} (expected 6 characters of [a-z0-9])")]
-    BadId(String),
+    /// Never repeats the input: a whole token pasted where its ID belongs must not end up
+    /// in a terminal log or CI output.
+    #[error(
+        "invalid token ID (expected the 6 characters of [a-z0-9] before the dot; the value is not repeated, it may be a whole token)"
+    )]
+    BadId,
     #[error("invalid TTL: {0}")]
     BadTtl(String),
     #[error("bootstrap token {0} not found in {NAMESPACE}")]
@@ -127,7 +134,7 @@ pub fn validate_id(id: &str) -> Result<(), TokenError> {
     if is_token_chars(id, 6) {
         Ok(())
     } else {
-        Err(TokenError::BadId(id.chars().take(40).collect()))
+        Err(TokenError::BadId)
     }
 }
 
@@ -297,10 +304,7 @@ pub fn token_secret(token: &BootstrapToken, expiration: Timestamp, new: &NewToke
         "true".to_owned(),
     );
     data.insert("usage-bootstrap-signing".to_owned(), "true".to_owned());
-    data.insert(
-        "auth-extra-groups".to_owned(),
-        NODE_BOOTSTRAP_GROUP.to_owned(),
-    );
+    data.insert("auth-extra-groups".to_owned(), JOIN_TOKEN_GROUP.to_owned());
     if let Some(d) = new.description.as_deref().filter(|d| !d.is_empty()) {
         data.insert("description".to_owned(), d.to_owned());
     }
@@ -328,6 +332,23 @@ pub fn token_secret(token: &BootstrapToken, expiration: Timestamp, new: &NewToke
 
 fn api(client: &Client) -> Api<Secret> {
     Api::namespaced(client.clone(), NAMESPACE)
+}
+
+/// The longest TTL `token create` and the rotator accept without an explicit opt-in: a
+/// stolen token is good for at most a day. The rotator's default is 2 h.
+pub const TTL_CEILING: Duration = Duration::from_secs(24 * 3600);
+
+/// Refuses a TTL over [`TTL_CEILING`] unless `allow_long` (static mode, where the token is
+/// baked into userData, may need one: an explicit, visible decision).
+pub fn check_ttl_ceiling(ttl: Duration, allow_long: bool) -> Result<(), TokenError> {
+    if ttl > TTL_CEILING && !allow_long {
+        return Err(TokenError::BadTtl(format!(
+            "{} is over the {} ceiling: a stolen token would stay valid that long; pass --allow-long-ttl to accept it (static join mode only)",
+            format_duration(ttl),
+            format_duration(TTL_CEILING)
+        )));
+    }
+    Ok(())
 }
 
 /// `now + ttl`, refusing a TTL that is zero or absurdly long.
@@ -434,6 +455,58 @@ pub async fn lookup(
             && info.id == token.id;
         Some((info, matches))
     }))
+}
+
+/// Who the apiserver's bootstrap-token authenticator says `token` is: `Some(groups)` when it
+/// authenticates (empty when it may not review itself), `None` on 401. This is how the
+/// rotator checks a token without reading any Secret.
+pub async fn authenticate(
+    base: &kube::Config,
+    token: &BootstrapToken,
+) -> Result<Option<Vec<String>>, TokenError> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let action = || format!("authenticate as bootstrap token {}", token.id);
+    let mut config = base.clone();
+    // Only this bearer token: no client certificate, exec plugin or impersonation of `base`.
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.expose().into()),
+        ..Default::default()
+    };
+    let client = Client::try_from(config).map_err(|e| TokenError::Unreachable {
+        action: action(),
+        detail: error_chain(&e),
+    })?;
+    let api: Api<SelfSubjectReview> = Api::all(client);
+    match api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+    {
+        Ok(review) => {
+            let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+            if user.username.as_deref() != Some(&format!("system:bootstrap:{}", token.id)) {
+                return Ok(None);
+            }
+            Ok(Some(user.groups.unwrap_or_default()))
+        }
+        Err(kube::Error::Api(s)) if s.code == 401 => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(Some(Vec::new())),
+        Err(e) => Err(TokenError::from_kube(action(), e)),
+    }
+}
+
+/// Deletes our token Secret `id` by name (404 is fine). Whether it is ours is for the
+/// apiserver to say: the rotator's admission policy refuses anyone else's.
+pub async fn delete_by_id(client: &Client, id: &str) -> Result<(), TokenError> {
+    validate_id(id)?;
+    let name = secret_name(id);
+    match api(client).delete(&name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(TokenError::from_kube(
+            format!("delete Secret {NAMESPACE}/{name}"),
+            e,
+        )),
+    }
 }
 
 /// Deletes the token Secret `id` (only if it is a bootstrap token; pinned to its UID so a
@@ -616,7 +689,7 @@ mod tests {
         assert!(info.managed);
         assert_eq!(info.cluster.as_deref(), Some("demo"));
         assert_eq!(info.usages, ["authentication", "signing"]);
-        assert_eq!(info.extra_groups, [NODE_BOOTSTRAP_GROUP]);
+        assert_eq!(info.extra_groups, [JOIN_TOKEN_GROUP]);
     }
 
     #[test]
@@ -630,6 +703,15 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+    }
+
+    #[test]
+    fn ttls_over_a_day_need_an_explicit_opt_in() {
+        let day = Duration::from_secs(86_400);
+        assert!(check_ttl_ceiling(day, false).is_ok());
+        let e = check_ttl_ceiling(day + Duration::from_secs(1), false).unwrap_err();
+        assert!(e.to_string().contains("--allow-long-ttl"), "{e}");
+        assert!(check_ttl_ceiling(Duration::from_secs(30 * 86_400), true).is_ok());
     }
 
     #[test]

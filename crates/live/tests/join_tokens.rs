@@ -9,7 +9,7 @@ use common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kk_live::store::{self, JoinStore, PublishError, StoreError, StoreKind};
 use kk_live::testbed::require;
-use kk_live::token::{self, NODE_BOOTSTRAP_GROUP, NewToken, Timestamp, TokenError};
+use kk_live::token::{self, JOIN_TOKEN_GROUP, NewToken, Timestamp, TokenError};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -55,7 +55,7 @@ async fn a_created_token_is_kubeadms_and_authenticates_as_a_node_bootstrapper() 
     );
     assert_eq!(text("usage-bootstrap-authentication"), "true");
     assert_eq!(text("usage-bootstrap-signing"), "true");
-    assert_eq!(text("auth-extra-groups"), NODE_BOOTSTRAP_GROUP);
+    assert_eq!(text("auth-extra-groups"), JOIN_TOKEN_GROUP);
     assert_eq!(text("description"), format!("test {cluster}"));
     let exp: Timestamp = text("expiration").parse().unwrap();
     assert_eq!(Some(exp), info.expiration);
@@ -67,10 +67,7 @@ async fn a_created_token_is_kubeadms_and_authenticates_as_a_node_bootstrapper() 
 
     let (user, groups) = wait_auth(&testbed, &token.expose(), true).await.unwrap();
     assert_eq!(user, format!("system:bootstrap:{}", token.id()));
-    assert!(
-        groups.contains(&NODE_BOOTSTRAP_GROUP.to_owned()),
-        "{groups:?}"
-    );
+    assert!(groups.contains(&JOIN_TOKEN_GROUP.to_owned()), "{groups:?}");
 
     // Listed (ours), without the secret anywhere.
     let listed = token::list(&client).await.unwrap();
@@ -145,7 +142,7 @@ async fn list_shows_foreign_tokens_as_not_ours_and_revoke_refuses_non_tokens() {
     assert!(secret_exists(&client, &other).await);
     assert!(matches!(
         token::revoke(&client, "NOT-AN-ID").await,
-        Err(TokenError::BadId(_))
+        Err(TokenError::BadId)
     ));
 }
 
@@ -289,6 +286,7 @@ async fn publish_round_trip(kind: StoreKind) {
             &new_token(Duration::from_secs(300), &cluster),
             "api.test.internal:6443",
             &hash,
+            None,
             Timestamp::now(),
         )
         .await
@@ -411,6 +409,7 @@ async fn a_failed_publish_deletes_the_new_token() {
             &new_token(Duration::from_secs(300), &cluster),
             "api.test.internal:6443",
             &testbed_ca_hash(&testbed),
+            None,
             Timestamp::now(),
         )
         .await
@@ -462,4 +461,44 @@ async fn kube_and_aws_clients_live_in_one_process_with_one_crypto_provider() {
     let err = tls_store.read().await.unwrap_err();
     // The testbed CA is not in the SDK's trust store: the handshake itself must fail cleanly.
     assert!(!err.to_string().is_empty());
+}
+
+/// With `join.kms` the SecureString is written under the customer-managed key (moto records
+/// the key; it does not enforce KMS permissions: the key policy is evaluated in
+/// crates/render/tests/iam_eval.rs).
+#[tokio::test]
+async fn a_store_with_a_kms_key_writes_under_it() {
+    let Some(testbed) = require(&repo(), "kms store") else {
+        return;
+    };
+    let cluster = format!("kms-{}", unique());
+    let key = "arn:aws:kms:us-east-1:123456789012:key/0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b";
+    let store = store(&testbed, StoreKind::Ssm, &cluster, &moto_url(&testbed))
+        .await
+        .with_kms_key(Some(key.to_owned()));
+    let config = store::JoinConfig {
+        api_server_endpoint: Some("api.test.internal:6443".into()),
+        token: token::BootstrapToken::generate().unwrap(),
+        ca_cert_hash: testbed_ca_hash(&testbed),
+        expiration: Timestamp::now() + Duration::from_secs(600),
+        superseded: None,
+    };
+    store.write(&config).await.unwrap();
+    let ssm = aws_sdk_ssm::Client::new(&aws(&testbed, &moto_url(&testbed)).await);
+    let described = ssm
+        .describe_parameters()
+        .parameter_filters(
+            aws_sdk_ssm::types::ParameterStringFilter::builder()
+                .key("Name")
+                .values(store.name())
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let params = described.parameters();
+    assert_eq!(params.len(), 1, "{params:?}");
+    assert_eq!(params[0].key_id(), Some(key));
+    assert_eq!(store.read().await.unwrap().unwrap().token, config.token);
 }

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 struct Timing {
     ttl: Duration,
+    overlap: Duration,
     tick: Duration,
     retry: Duration,
     lease: Duration,
@@ -33,6 +34,8 @@ fn config(testbed: &Testbed, cluster: &str, identity: &str, t: &Timing) -> Contr
         ca_cert_hash: testbed_ca_hash(testbed),
         ttl: t.ttl,
         rotate_at: 0.5,
+        overlap: t.overlap,
+        approve_every: None,
         tick: t.tick,
         retry: t.retry,
         lease: LeaseConfig {
@@ -54,12 +57,12 @@ struct Replica {
 }
 
 impl Replica {
-    async fn start(client: Client, store: JoinStore, config: ControllerConfig) -> Replica {
+    async fn start(kube: kube::Config, store: JoinStore, config: ControllerConfig) -> Replica {
         if std::env::var_os("KK_TEST_LOG").is_some() {
             kk_live::controller::init_logging(false);
         }
         let identity = config.lease.identity.clone();
-        let mut controller = Controller::new(client, store, config).unwrap();
+        let mut controller = Controller::new(kube, store, config).unwrap();
         let addr = controller
             .bind("127.0.0.1:0".parse().unwrap())
             .await
@@ -202,12 +205,13 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
 
     let timing = Timing {
         ttl: Duration::from_secs(6),
+        overlap: Duration::from_secs(2),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(1),
         lease: Duration::from_secs(6),
     };
     let replica = Replica::start(
-        client.clone(),
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("solo-{}", unique()), &timing),
     )
@@ -249,7 +253,8 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
     assert_eq!(http_get(replica.addr, "/healthz").await.0, 200);
     assert_eq!(http_get(replica.addr, "/readyz").await.0, 200);
 
-    // Expired tokens it created are gone (a second of slack for the last tick).
+    // Tokens it replaced are gone: deleted once their overlap passed, before they expired
+    // (a second of slack for the last tick).
     let now = Timestamp::now();
     let stale: Vec<_> = token::list_managed(&client, &cluster)
         .await
@@ -263,10 +268,6 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
         .collect();
     assert!(stale.is_empty(), "expired tokens left: {stale:?}");
     assert!(m.deleted() >= 2, "{} deleted", m.deleted());
-    // Only tokens it published exist for this cluster.
-    for t in token::list_managed(&client, &cluster).await.unwrap() {
-        assert!(seen.contains(&t.id), "token {} was never published", t.id);
-    }
     assert!(
         secret_exists(&client, &foreign).await,
         "a foreign token was deleted"
@@ -286,6 +287,15 @@ async fn rotation_keeps_a_valid_token_in_the_store_and_cleans_only_its_own() {
     // Graceful stop releases the lease.
     replica.stop().await;
     assert_eq!(lease_holder(&client, &cluster).await, None);
+
+    // Only tokens it published exist for this cluster (checked once it has stopped, so no
+    // rotation slips in between the last look at the store and the list).
+    if let Ok(Some(c)) = store.read().await {
+        seen.insert(c.token.id().to_owned());
+    }
+    for t in token::list_managed(&client, &cluster).await.unwrap() {
+        assert!(seen.contains(&t.id), "token {} was never published", t.id);
+    }
 
     // Rotation never touched the EC2NodeClasses (the token lives in the store, not userData).
     assert_eq!(render_nodeclasses(), nodeclasses_before);
@@ -307,18 +317,19 @@ async fn two_replicas_one_leader_and_a_follower_takes_over_within_the_lease() {
     .await;
     let timing = Timing {
         ttl: Duration::from_secs(12),
+        overlap: Duration::from_secs(4),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(1),
         lease: Duration::from_secs(4),
     };
     let a = Replica::start(
-        admin(&testbed).await,
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("a-{}", unique()), &timing),
     )
     .await;
     let b = Replica::start(
-        admin(&testbed).await,
+        kube_config(&testbed).await,
         store.clone(),
         config(&testbed, &cluster, &format!("b-{}", unique()), &timing),
     )
@@ -431,12 +442,13 @@ async fn the_controller_recovers_from_apiserver_and_aws_outages() {
     .await;
     let timing = Timing {
         ttl: Duration::from_secs(6),
+        overlap: Duration::from_secs(2),
         tick: Duration::from_secs(1),
         retry: Duration::from_secs(3),
         lease: Duration::from_secs(6),
     };
     let replica = Replica::start(
-        admin_via(&testbed, kube_proxy.addr).await,
+        kube_config_via(&testbed, kube_proxy.addr).await,
         proxied,
         config(&testbed, &cluster, &format!("out-{}", unique()), &timing),
     )

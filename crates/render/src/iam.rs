@@ -194,40 +194,147 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
     json!({ "Version": "2012-10-17", "Statement": statements })
 }
 
-/// What the node may read at boot: exactly the join store, nothing else.
-fn join_store_policy(cluster: &ElasticCluster) -> Option<Value> {
+/// The parameter reads AmazonSSMManagedInstanceCore allows on `*` (and their siblings).
+const SSM_PARAMETER_READS: [&str; 4] = [
+    "ssm:GetParameter",
+    "ssm:GetParameters",
+    "ssm:GetParametersByPath",
+    "ssm:GetParameterHistory",
+];
+
+/// What the node may read at boot: exactly the join store, nothing else. The node role
+/// also carries AmazonSSMManagedInstanceCore (Session Manager), which allows
+/// `ssm:GetParameter(s)` on every parameter in the account, another cluster's join token
+/// included; an explicit Deny outside this cluster's store and the public `/aws/service/*`
+/// parameters overrides it (an explicit Deny wins over any Allow in IAM evaluation).
+fn join_store_policy(cluster: &ElasticCluster) -> Value {
     let spec = &cluster.spec;
     let aws = &spec.aws;
     let store = names::join_store(spec, &cluster.metadata.name);
     let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
-    let statement = match spec.join.mode {
+    let public = format!("arn:{p}:ssm:{r}::parameter/aws/service/*");
+    let ssm_store = format!(
+        "arn:{p}:ssm:{r}:{acct}:parameter/{}",
+        store.trim_start_matches('/')
+    );
+    // Secrets Manager appends six random characters to a secret's ARN.
+    let sm_store = format!("arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????");
+    let deny = |sid: &str, actions: &[&str], allowed: Vec<String>| json!({ "Sid": sid, "Effect": "Deny", "Action": actions, "NotResource": allowed });
+    let mut statements = Vec::new();
+    match spec.join.mode {
+        JoinMode::Static => {
+            statements.push(deny(
+                "DenyParametersOutsidePublicOnes",
+                &SSM_PARAMETER_READS,
+                vec![public],
+            ));
+        }
+        JoinMode::Ssm => {
+            statements.push(statement(
+                "ReadJoinConfiguration",
+                &["ssm:GetParameter"],
+                json!(ssm_store),
+                None,
+            ));
+            statements.push(deny(
+                "DenyParametersOutsideJoinStore",
+                &SSM_PARAMETER_READS,
+                vec![ssm_store, public],
+            ));
+        }
+        JoinMode::SecretsManager => {
+            statements.push(statement(
+                "ReadJoinConfiguration",
+                &["secretsmanager:GetSecretValue"],
+                json!(sm_store),
+                None,
+            ));
+            statements.push(deny(
+                "DenyParametersOutsidePublicOnes",
+                &SSM_PARAMETER_READS,
+                vec![public],
+            ));
+            statements.push(deny(
+                "DenySecretsOutsideJoinStore",
+                &["secretsmanager:GetSecretValue"],
+                vec![sm_store],
+            ));
+        }
+    }
+    json!({ "Version": "2012-10-17", "Statement": statements })
+}
+
+/// The key policy of `join.kms`'s customer-managed key: the account may administer the key
+/// but not use it; this cluster's node role may only decrypt, and only through the store's
+/// service for this store; the writers may encrypt and decrypt for the store only. (An
+/// account-root `kms:*` statement would let any IAM policy in the account grant use.)
+fn join_store_kms_key_policy(cluster: &ElasticCluster) -> Option<Value> {
+    let spec = &cluster.spec;
+    let kms = spec.join.kms.as_ref()?;
+    let aws = &spec.aws;
+    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let store = names::join_store(spec, &cluster.metadata.name);
+    let node_role = format!("arn:{p}:iam::{acct}:role/{}", aws.node_role);
+    let (service, context) = match spec.join.mode {
         JoinMode::Static => return None,
-        JoinMode::Ssm => statement(
-            "ReadJoinConfiguration",
-            &["ssm:GetParameter"],
-            json!(format!(
+        JoinMode::Ssm => (
+            format!("ssm.{r}.amazonaws.com"),
+            json!({ "StringEquals": { "kms:EncryptionContext:PARAMETER_ARN": format!(
                 "arn:{p}:ssm:{r}:{acct}:parameter/{}",
                 store.trim_start_matches('/')
-            )),
-            None,
+            ) } }),
         ),
-        // Secrets Manager appends six random characters to a secret's ARN.
-        JoinMode::SecretsManager => statement(
-            "ReadJoinConfiguration",
-            &["secretsmanager:GetSecretValue"],
-            json!(format!(
+        JoinMode::SecretsManager => (
+            format!("secretsmanager.{r}.amazonaws.com"),
+            json!({ "StringLike": { "kms:EncryptionContext:SecretARN": format!(
                 "arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"
-            )),
-            None,
+            ) } }),
         ),
     };
-    Some(json!({ "Version": "2012-10-17", "Statement": [statement] }))
+    let mut use_condition = context;
+    use_condition["StringEquals"]["kms:ViaService"] = json!(service);
+    Some(json!({
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AccountAdministersButDoesNotUse",
+                "Effect": "Allow",
+                "Principal": { "AWS": format!("arn:{p}:iam::{acct}:root") },
+                "Action": [
+                    "kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*",
+                    "kms:Update*", "kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*",
+                    "kms:TagResource", "kms:UntagResource", "kms:ScheduleKeyDeletion",
+                    "kms:CancelKeyDeletion"
+                ],
+                "Resource": "*"
+            },
+            {
+                "Sid": "NodesDecryptTheJoinStore",
+                "Effect": "Allow",
+                "Principal": { "AWS": node_role },
+                "Action": "kms:Decrypt",
+                "Resource": "*",
+                "Condition": use_condition
+            },
+            {
+                "Sid": "WritersPublishTheJoinStore",
+                "Effect": "Allow",
+                "Principal": { "AWS": kms.writer_arns },
+                "Action": ["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": "*",
+                "Condition": use_condition
+            }
+        ]
+    }))
 }
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     let spec = &cluster.spec;
     let aws = &spec.aws;
     bundle.add_json("iam/controller-policy.json", &controller_policy(cluster))?;
+    if let Some(policy) = join_store_kms_key_policy(cluster) {
+        bundle.add_json("iam/join-store-kms-key-policy.json", &policy)?;
+    }
     bundle.add_json(
         "iam/node-role-trust-policy.json",
         &json!({
@@ -241,9 +348,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     )?;
     let p = &aws.partition;
     let mut inline = serde_json::Map::new();
-    if let Some(policy) = join_store_policy(cluster) {
-        inline.insert("ReadJoinConfiguration".into(), policy);
-    }
+    inline.insert("JoinStoreAccess".into(), join_store_policy(cluster));
     bundle.add_json(
         "iam/node-role.json",
         &json!({

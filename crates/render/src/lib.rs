@@ -7,6 +7,7 @@ mod ca;
 mod cloud;
 mod gpu;
 mod iam;
+mod join_rbac;
 mod karpenter;
 mod kubean;
 pub mod names;
@@ -29,6 +30,10 @@ pub enum RenderError {
     /// The CA bundle is missing or not a certificate.
     #[error("CA bundle: {0}")]
     Ca(String),
+    /// The spec breaks a rule `kk_spec` checks (render checks for itself: a caller may build
+    /// an `ElasticCluster` without parsing it). Field paths, no positions.
+    #[error("invalid spec: {0}")]
+    Invalid(String),
     /// Serialising an artifact failed (a bug: every value we build is serialisable).
     #[error("cannot serialise {path}: {message}")]
     Serialize { path: String, message: String },
@@ -96,6 +101,16 @@ impl Bundle {
 /// Renders the whole bundle. `ca_pem` is the cluster CA (the CLI resolves
 /// `spec.caBundle` from a file, base64 or kubeconfig).
 pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderError> {
+    let problems = kk_spec::validate(cluster);
+    if !problems.is_empty() {
+        return Err(RenderError::Invalid(
+            problems
+                .iter()
+                .map(|(path, message)| format!("{path}: {message}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
     let ca = ClusterCa::from_pem(ca_pem)?;
     if let Some(pinned) = &cluster.spec.join.ca_cert_hash
         && *pinned != ca.cert_hash
@@ -115,6 +130,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     iam::render(cluster, &mut bundle)?;
     verify::render(cluster, &rendered_pools, &mut bundle)?;
     rotator::render(cluster, &ca, &mut bundle)?;
+    join_rbac::render(cluster, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)
 }

@@ -4,8 +4,9 @@
 //! It keeps a valid kubeadm bootstrap token in the join store the userData reads, so
 //! nodes can always join and rotation never touches an EC2NodeClass (no drift). Two
 //! replicas on the infra workers in Karpenter's namespace, leader-elected through a Lease in
-//! kube-system; RBAC only in kube-system (token Secrets and that Lease); IAM write access to
-//! the one store.
+//! kube-system (rendered here); RBAC only in kube-system: create and delete Secrets, narrowed
+//! by a ValidatingAdmissionPolicy to its own bootstrap tokens, and get/update of that Lease;
+//! IAM write access to the one store.
 
 use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
 use serde_json::{Value, json};
@@ -21,6 +22,9 @@ pub const IMAGE_REPOSITORY: &str = "ghcr.io/kubean-karpenter/kubean-karpenter";
 pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
 const LEASE_NAMESPACE: &str = "kube-system";
 const METRICS_PORT: u16 = 8080;
+/// Each token's lifetime and how long a replaced one keeps working.
+pub const TTL: &str = "2h";
+pub const OVERLAP: &str = "20m";
 
 fn image() -> String {
     format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
@@ -40,7 +44,7 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
     let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": NAME });
     let selector = json!({ "app.kubernetes.io/name": NAME });
     let store_name = names::join_store(spec, name);
-    let args = vec![
+    let mut args = vec![
         "controller".to_owned(),
         format!("--cluster={name}"),
         format!("--store={store}"),
@@ -51,8 +55,12 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
         ),
         format!("--region={}", spec.aws.region),
         format!("--ca-cert-hash={}", ca.cert_hash),
-        "--ttl=24h".to_owned(),
+        // Short-lived: a new token every hour; the replaced one is deleted 20 min later,
+        // which covers Karpenter's 15-minute registration timeout.
+        format!("--ttl={TTL}"),
         "--rotate-at=0.5".to_owned(),
+        format!("--overlap={OVERLAP}"),
+        "--approve-interval=5s".to_owned(),
         "--tick=1m".to_owned(),
         "--retry=10s".to_owned(),
         format!("--lease-namespace={LEASE_NAMESPACE}"),
@@ -61,6 +69,9 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
         format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
         "--log-format=json".to_owned(),
     ];
+    if let Some(kms) = &spec.join.kms {
+        args.push(format!("--kms-key-id={}", kms.key_arn));
+    }
     let mut env = vec![
         json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }),
         json!({ "name": "AWS_REGION", "value": spec.aws.region }),
@@ -94,10 +105,12 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
             "rules": [
-                // Bootstrap-token Secrets have random names, so no resourceNames here; the
-                // rotator deletes only Secrets that carry its labels.
-                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete", "get", "list"] },
-                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
+                // No get, list or watch: a Secret reader in kube-system reads every service
+                // account's credentials. Create and delete cannot be narrowed by name (token
+                // Secrets have random names); the ValidatingAdmissionPolicy below narrows them.
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"] },
+                // RBAC cannot limit create by name, so the Lease is rendered here and the
+                // rotator may only read and renew that one.
                 { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [NAME], "verbs": ["get", "update"] },
             ],
         }),
@@ -106,6 +119,16 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
             "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME },
             "subjects": subject,
+        }),
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
+        }),
+        secret_policy(name, namespace, &labels),
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": { "name": NAME, "labels": labels },
+            "spec": { "policyName": NAME, "validationActions": ["Deny"] },
         }),
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -164,6 +187,87 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
             },
         }),
     ]
+}
+
+/// The keys kubeadm writes in a token Secret; nothing else may be smuggled in.
+const TOKEN_KEYS: [&str; 7] = [
+    "auth-extra-groups",
+    "description",
+    "expiration",
+    "token-id",
+    "token-secret",
+    "usage-bootstrap-authentication",
+    "usage-bootstrap-signing",
+];
+
+/// What the rotator's service account may do to Secrets, enforced by the apiserver
+/// (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30): create only bootstrap
+/// tokens with our labels, this cluster's name, our join group and an expiration; delete
+/// only such Secrets; never update one. In admission CEL a Secret's `data` values are the
+/// base64 text of the bytes (kube-apiserver v1.36.3, tested in crates/live/tests/rotator_rbac.rs),
+/// so the group is compared in that form (the apiserver always re-encodes, so it is canonical).
+fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
+    use base64::Engine;
+    let group_b64 = base64::engine::general_purpose::STANDARD.encode(names::JOIN_TOKEN_GROUP);
+    let sa = format!("system:serviceaccount:{namespace}:{NAME}");
+    let token_type = "bootstrap.kubernetes.io/token";
+    let ours = |o: &str| {
+        format!(
+            "{o}.type == '{token_type}' && {o}.metadata.name.startsWith('bootstrap-token-') \
+             && has({o}.metadata.labels) \
+             && '{m}' in {o}.metadata.labels && {o}.metadata.labels['{m}'] == '{mv}' \
+             && '{c}' in {o}.metadata.labels && {o}.metadata.labels['{c}'] == '{cluster}'",
+            m = MANAGED_BY.0,
+            mv = MANAGED_BY.1,
+            c = names::TOKEN_CLUSTER_LABEL,
+        )
+    };
+    let keys = TOKEN_KEYS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": { "name": NAME, "labels": labels },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "resources": ["secrets"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                }],
+            },
+            "matchConditions": [{ "name": "rotator-service-account", "expression": format!("request.userInfo.username == '{sa}'") }],
+            "validations": [
+                {
+                    "expression": "request.operation != 'UPDATE'",
+                    "message": "the join-token rotator never updates a Secret",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": format!("request.operation != 'CREATE' || ({})", ours("object")),
+                    "message": format!("the join-token rotator may create only bootstrap-token Secrets labelled {}={} and {}={cluster}", MANAGED_BY.0, MANAGED_BY.1, names::TOKEN_CLUSTER_LABEL),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": format!(
+                        "request.operation != 'CREATE' || (has(object.data) \
+                         && object.data.all(k, k in [{keys}]) && 'expiration' in object.data \
+                         && 'auth-extra-groups' in object.data \
+                         && object.data['auth-extra-groups'] == '{group_b64}')"
+                    ),
+                    "message": format!("a rotator token must expire, carry only kubeadm's keys and auth-extra-groups exactly {}", names::JOIN_TOKEN_GROUP),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": format!("request.operation != 'DELETE' || ({})", ours("oldObject")),
+                    "message": "the join-token rotator may delete only its own bootstrap-token Secrets",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    })
 }
 
 /// Write access to exactly the join store, nothing else.

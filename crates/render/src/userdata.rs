@@ -40,6 +40,22 @@ pub fn taint_flag(pool: &Pool) -> String {
     taints.join(",")
 }
 
+/// The kubeadm config API the cluster's kubeadm reads: v1beta4 from Kubernetes 1.31 (where
+/// it arrived), v1beta3 before (kubernetes/kubernetes cmd/kubeadm/app/apis/kubeadm).
+fn kubeadm_config_api(kubernetes_version: &str) -> &'static str {
+    let minor = kubernetes_version
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(u32::MAX);
+    if minor < 31 {
+        "kubeadm.k8s.io/v1beta3"
+    } else {
+        "kubeadm.k8s.io/v1beta4"
+    }
+}
+
 /// Single-quotes a value for bash (values are validated, this is belt and braces).
 fn sq(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
@@ -145,15 +161,22 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
     w.push_str("\n# Kubelet flags. kubeadm's drop-in reads /etc/sysconfig/kubelet (or /etc/default/kubelet) with\n");
     w.push_str("# EnvironmentFile=, which beats Environment=; a later EnvironmentFile= beats both, so ours wins.\n");
     w.push_str("mkdir -p /etc/kubean-karpenter /etc/systemd/system/kubelet.service.d\n");
-    w.push_str("cat >/etc/kubean-karpenter/kubelet-flags.env <<EOF\n");
-    let _ = writeln!(w, "KUBELET_EXTRA_ARGS={}", flags.join(" "));
-    w.push_str("EOF\n");
+    // A quoted heredoc: nothing in a label or taint is expanded by bash; only the literal
+    // ${PROVIDER_ID}, known at boot, is replaced, by bash itself.
+    w.push_str("KUBELET_FLAGS=$(cat <<'EOF'\n");
+    let _ = writeln!(w, "{}", flags.join(" "));
+    w.push_str("EOF\n)\n");
+    w.push_str("# shellcheck disable=SC2016 # the literal text to replace\nPROVIDER_ID_REF='${PROVIDER_ID}'\n");
+    w.push_str("printf 'KUBELET_EXTRA_ARGS=%s\\n' \"${KUBELET_FLAGS//\"$PROVIDER_ID_REF\"/$PROVIDER_ID}\" >/etc/kubean-karpenter/kubelet-flags.env\n");
     w.push_str("cat >/etc/systemd/system/kubelet.service.d/20-kubean-karpenter.conf <<'EOF'\n[Service]\nEnvironmentFile=/etc/kubean-karpenter/kubelet-flags.env\nEOF\n");
     w.push_str(JOIN_PREFLIGHT);
     if boot.pool.pool_type == PoolType::Gpu && spec.gpu.is_some() {
         w.push_str(GPU_RUNTIME_RESTART);
     }
-    w.push_str(JOIN_BLOCK);
+    w.push_str(&JOIN_BLOCK.replace(
+        "@KUBEADM_API@",
+        kubeadm_config_api(&spec.kubernetes_version),
+    ));
     s
 }
 
@@ -269,10 +292,28 @@ log "containerd runs the NVIDIA runtime"
 
 const JOIN_BLOCK: &str = r#"# kubeadm starts the kubelet but does not enable it: a reboot would leave the node NotReady.
 systemctl enable kubelet
+# The token goes to kubeadm in a 0600 file under /run (a tmpfs), never on a command line
+# (every local user can read /proc/*/cmdline), and the file is removed after the join.
+JOIN_CONFIG=/run/kubean-karpenter/kubeadm-join.yaml
+install -d -m 0700 /run/kubean-karpenter
+trap 'rm -f "$JOIN_CONFIG"' EXIT
+(
+  umask 077
+  cat >"$JOIN_CONFIG" <<EOF
+apiVersion: @KUBEADM_API@
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "$API_SERVER_ENDPOINT"
+    token: "$TOKEN"
+    caCertHashes:
+    - "$CA_CERT_HASH"
+nodeRegistration:
+  name: "$INSTANCE_ID"
+EOF
+)
 log "joining $API_SERVER_ENDPOINT as $INSTANCE_ID"
-kubeadm join "$API_SERVER_ENDPOINT" \
-  --token "$TOKEN" \
-  --discovery-token-ca-cert-hash "$CA_CERT_HASH" \
-  --node-name "$INSTANCE_ID"
+kubeadm join --config "$JOIN_CONFIG"
+rm -f "$JOIN_CONFIG"
 log "joined"
 "#;

@@ -43,6 +43,9 @@ enum Mode {
 }
 
 /// The built-in example (join mode ssm), or the example switched to static / secrets-manager.
+/// Where the userData writes kubeadm's JoinConfiguration.
+const JOIN_CONFIG: &str = "/run/kubean-karpenter/kubeadm-join.yaml";
+
 fn spec_text(mode: Mode) -> String {
     let mut out = String::new();
     let mut replaced = 0;
@@ -521,17 +524,46 @@ fn assert_joined(o: &Outcome, class: &NodeClass, mode: Mode, token: &str) {
     );
 
     // The join itself, once, after systemd was reloaded and containerd started.
-    let join = [
-        "kubeadm",
-        "join",
-        API_ENDPOINT,
-        "--token",
-        token,
-        "--discovery-token-ca-cert-hash",
-        ca_hash,
-        "--node-name",
-        INSTANCE_ID,
-    ];
+    let join = ["kubeadm", "join", "--config", JOIN_CONFIG];
+    // Attack row "token visible in /proc/*/cmdline during the join": the token is on no
+    // command line the script ran, and while kubeadm ran no process's cmdline held it (the
+    // fake kubeadm looked through /proc of the sandbox's PID namespace).
+    for call in &o.calls {
+        assert!(
+            !call.iter().any(|a| a.contains(token)),
+            "{ctx}: the token is on a command line: {call:?}"
+        );
+    }
+    let read_out = |name: &str| std::fs::read_to_string(o.out().join(name)).unwrap_or_default();
+    assert_eq!(
+        read_out("cmdline-leaks.log"),
+        "",
+        "{ctx}: token seen in /proc/*/cmdline"
+    );
+    // kubeadm got it in a 0600 JoinConfiguration under /run, removed after the join.
+    assert_eq!(
+        read_out("kubeadm-config.mode").trim(),
+        "600",
+        "{ctx}: join config mode"
+    );
+    let config = read_out("kubeadm-config.yaml");
+    for want in [
+        "kind: JoinConfiguration".to_owned(),
+        format!("apiServerEndpoint: \"{API_ENDPOINT}\""),
+        format!("token: \"{token}\""),
+        format!("- \"{ca_hash}\""),
+        format!("name: \"{INSTANCE_ID}\""),
+    ] {
+        assert!(
+            config.contains(&want),
+            "{ctx}: join config lacks {want:?}:\n{config}"
+        );
+    }
+    assert_eq!(
+        read_out("run-files.log").trim(),
+        "",
+        "{ctx}: files left under /run"
+    );
     assert_eq!(
         o.calls_of("kubeadm"),
         [&join.map(str::to_owned).to_vec()],

@@ -10,7 +10,7 @@ mod validate;
 
 pub use load::{LoadedSpec, SpecError, parse_spec};
 pub use types::*;
-pub use validate::{node_class_name, restricted_label_domain};
+pub use validate::{node_class_name, restricted_label_domain, validate};
 
 /// The commented example that `init` prints and `render --example` renders.
 pub const EXAMPLE: &str = include_str!("example.yaml");

@@ -307,6 +307,21 @@ pub struct Join {
     /// Static mode only; computed from the CA bundle when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_cert_hash: Option<String>,
+    /// A customer-managed KMS key for the store (ssm and secrets-manager modes): `render`
+    /// writes its key policy, which lets only this cluster's node role decrypt the store and
+    /// only `writerArns` (the rotator's identity) write it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kms: Option<JoinKms>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinKms {
+    /// `arn:<partition>:kms:<region>:<account>:key/<key-id>`.
+    pub key_arn: String,
+    /// IAM role or user ARNs that publish the join configuration (the rotator's AWS identity).
+    #[serde(default)]
+    pub writer_arns: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

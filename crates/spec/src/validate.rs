@@ -49,9 +49,21 @@ re!(
     LABEL_VALUE,
     r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 );
+// A taint as kubelet and Kubespray's node_taints take it: a label key (optional DNS-subdomain
+// prefix), an optional label value, an effect. Nothing a shell or YAML would read twice.
 re!(
     INFRA_TAINT,
-    r"^([^=:]+)(=([^:]*))?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9](=(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+);
+// A POSIX login name (what Ansible's ansible_user is on the hosts).
+re!(SSH_USER, r"^[a-z_][a-z0-9_-]{0,31}$");
+re!(
+    KMS_KEY_ARN,
+    r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+);
+re!(
+    IAM_PRINCIPAL_ARN,
+    r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+$"
 );
 re!(SSM_NAME, r"^/[A-Za-z0-9_.\-/]{1,1010}$");
 re!(SECRET_NAME, r"^[A-Za-z0-9/_+=.@-]{1,512}$");
@@ -304,6 +316,14 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str) {
     }
     if k.ssh.user.trim().is_empty() {
         p.push((at.key("ssh").key("user"), "must not be empty".into()));
+    } else if !SSH_USER.is_match(&k.ssh.user) {
+        p.push((
+            at.key("ssh").key("user"),
+            format!(
+                "{:?} is not a login name ([a-z_][a-z0-9_-]{{0,31}})",
+                k.ssh.user
+            ),
+        ));
     }
     if k.ssh.port == 0 {
         p.push((at.key("ssh").key("port"), "port must be 1–65535".into()));
@@ -398,7 +418,7 @@ fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str) {
         if !INFRA_TAINT.is_match(taint) {
             p.push((
                 at.key("infraTaints").index(i),
-                format!("{taint:?} is not key=value:Effect (Effect one of NoSchedule, PreferNoSchedule, NoExecute)"),
+                format!("{taint:?} is not key=value:Effect (a label key, an optional label value, Effect one of NoSchedule, PreferNoSchedule, NoExecute)"),
             ));
         }
     }
@@ -473,7 +493,42 @@ fn aws(p: &mut Problems, at: &FieldPath, a: &Aws) {
     }
 }
 
+fn join_kms(p: &mut Problems, at: &FieldPath, j: &Join) {
+    let Some(kms) = &j.kms else {
+        return;
+    };
+    let at = at.key("kms");
+    if j.mode == JoinMode::Static {
+        p.push((at, "static mode uses no store to encrypt".into()));
+        return;
+    }
+    if !KMS_KEY_ARN.is_match(&kms.key_arn) {
+        p.push((
+            at.key("keyArn"),
+            format!(
+                "{:?} is not a KMS key ARN (arn:aws:kms:<region>:<account>:key/<uuid>)",
+                kms.key_arn
+            ),
+        ));
+    }
+    if kms.writer_arns.is_empty() {
+        p.push((
+            at.key("writerArns"),
+            "name the rotator's IAM role or user: nobody else may write the store".into(),
+        ));
+    }
+    for (i, arn) in kms.writer_arns.iter().enumerate() {
+        if !IAM_PRINCIPAL_ARN.is_match(arn) {
+            p.push((
+                at.key("writerArns").index(i),
+                format!("{arn:?} is not an IAM role or user ARN"),
+            ));
+        }
+    }
+}
+
 fn join(p: &mut Problems, at: &FieldPath, j: &Join) {
+    join_kms(p, at, j);
     match j.mode {
         JoinMode::Static => {
             match &j.token {

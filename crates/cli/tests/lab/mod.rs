@@ -12,15 +12,18 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use serde_json::{Value, json};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 pub struct Lab {
@@ -53,15 +56,27 @@ impl Lab {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{test}: the lab is not running and CI=true (start it with testbed/lab up)");
             }
-            eprintln!("SKIP {test}: no lab; start it with `sudo testbed/lab up` (CI=true makes this a failure)");
+            eprintln!(
+                "SKIP {test}: no lab; start it with `sudo testbed/lab up` (CI=true makes this a failure)"
+            );
             return None;
         };
         kk_live::install_crypto_provider();
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-        let kubeconfig = env.iter().find(|(k, _)| k == "KUBECONFIG").unwrap().1.clone();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let kubeconfig = env
+            .iter()
+            .find(|(k, _)| k == "KUBECONFIG")
+            .unwrap()
+            .1
+            .clone();
         let client = rt.block_on(async {
             let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
             Client::try_from(cfg).unwrap()
         });
         let mut lab = Lab {
@@ -80,7 +95,11 @@ impl Lab {
     }
 
     pub fn var(&self, key: &str) -> String {
-        self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_default()
+        self.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
     }
 
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -91,21 +110,42 @@ impl Lab {
 
     /// Runs the product's CLI; panics with its output unless it exits 0.
     pub fn cli(&self, args: &[&str]) -> Output {
-        let out = self.command(env!("CARGO_BIN_EXE_kubean-karpenter")).args(args).output().unwrap();
-        assert!(out.status.success(), "kubean-karpenter {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = self
+            .command(env!("CARGO_BIN_EXE_kubean-karpenter"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubean-karpenter {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     }
 
     /// `testbed/lab ARGS`.
     pub fn lab(&self, args: &[&str]) {
-        let out = self.command(repo().join("testbed/lab")).args(args).output().unwrap();
-        assert!(out.status.success(), "testbed/lab {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = self
+            .command(repo().join("testbed/lab"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "testbed/lab {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Python with boto3 against the lab's moto (the tests' window on "AWS").
     pub fn aws(&self, script: &str) -> String {
         let out = self.command("python3").arg("-c").arg(format!("import boto3, json, sys\nec2 = boto3.client('ec2')\nssm = boto3.client('ssm')\n{script}")).output().unwrap();
-        assert!(out.status.success(), "boto3: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "boto3: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
@@ -115,10 +155,18 @@ impl Lab {
         self.lab(&["spec"]);
         let lab_spec = repo().join(".lab/spec.yaml");
         let text = edit(std::fs::read_to_string(&lab_spec).unwrap());
-        let spec = repo().join(".lab").join(format!("spec-{}.yaml", std::process::id()));
+        let spec = repo()
+            .join(".lab")
+            .join(format!("spec-{}.yaml", std::process::id()));
         std::fs::write(&spec, text).unwrap();
         let bundle = self.dir.path().join("bundle");
-        self.cli(&["render", spec.to_str().unwrap(), "-o", bundle.to_str().unwrap(), "--force"]);
+        self.cli(&[
+            "render",
+            spec.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--force",
+        ]);
         (spec, bundle)
     }
 
@@ -127,17 +175,32 @@ impl Lab {
     pub fn deploy(&self, spec: &Path, bundle: &Path) {
         self.lab(&["karpenter", bundle.to_str().unwrap()]);
         self.lab(&["ccm", bundle.to_str().unwrap()]);
-        self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}}));
+        self.apply_json(
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}}),
+        );
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         self.cli(&["apply", spec.to_str().unwrap()]);
-        self.cli(&["token", "create", "--publish", "--spec", spec.to_str().unwrap()]);
+        self.cli(&[
+            "token",
+            "create",
+            "--publish",
+            "--spec",
+            spec.to_str().unwrap(),
+        ]);
     }
 
     fn apply_json(&self, obj: &Value) {
         let gvk = GroupVersionKind::gvk("", "v1", obj["kind"].as_str().unwrap());
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
         let name = obj["metadata"]["name"].as_str().unwrap();
-        self.rt.block_on(api.patch(name, &PatchParams::apply("kk-lab-test").force(), &Patch::Apply(obj))).unwrap();
+        self.rt
+            .block_on(api.patch(
+                name,
+                &PatchParams::apply("kk-lab-test").force(),
+                &Patch::Apply(obj),
+            ))
+            .unwrap();
     }
 
     pub fn dynamic(&self, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
@@ -146,26 +209,47 @@ impl Lab {
     }
 
     pub fn nodeclaims(&self) -> Vec<DynamicObject> {
-        self.rt.block_on(self.dynamic("karpenter.sh", "v1", "NodeClaim").list(&ListParams::default())).unwrap().items
+        self.rt
+            .block_on(
+                self.dynamic("karpenter.sh", "v1", "NodeClaim")
+                    .list(&ListParams::default()),
+            )
+            .unwrap()
+            .items
     }
 
     pub fn nodes(&self) -> Vec<Node> {
-        self.rt.block_on(Api::<Node>::all(self.client.clone()).list(&ListParams::default())).unwrap().items
+        self.rt
+            .block_on(Api::<Node>::all(self.client.clone()).list(&ListParams::default()))
+            .unwrap()
+            .items
     }
 
     pub fn pods(&self, namespace: &str) -> Vec<Pod> {
-        self.rt.block_on(Api::<Pod>::namespaced(self.client.clone(), namespace).list(&ListParams::default())).unwrap().items
+        self.rt
+            .block_on(
+                Api::<Pod>::namespaced(self.client.clone(), namespace).list(&ListParams::default()),
+            )
+            .unwrap()
+            .items
     }
 
     pub fn scale(&self, deployment: &str, replicas: i32) {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
         let patch = json!({"spec": {"replicas": replicas}});
-        self.rt.block_on(api.patch(deployment, &PatchParams::default(), &Patch::Merge(&patch))).unwrap();
+        self.rt
+            .block_on(api.patch(deployment, &PatchParams::default(), &Patch::Merge(&patch)))
+            .unwrap();
     }
 
     /// Polls `check` every second until it returns Some, or panics after `timeout` naming the
     /// phase and what the lab looked like.
-    pub fn wait<T>(&mut self, phase: &str, timeout: Duration, mut check: impl FnMut(&Lab) -> Option<T>) -> T {
+    pub fn wait<T>(
+        &mut self,
+        phase: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Lab) -> Option<T>,
+    ) -> T {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(v) = check(self) {
@@ -174,14 +258,22 @@ impl Lab {
                 return v;
             }
             if Instant::now() > deadline {
-                panic!("phase '{phase}' did not happen within {timeout:?}\n{}", self.diagnose());
+                panic!(
+                    "phase '{phase}' did not happen within {timeout:?}\n{}",
+                    self.diagnose()
+                );
             }
             std::thread::sleep(Duration::from_secs(1));
         }
     }
 
     /// Asserts `check` stays None for `window` (a symptom that must persist).
-    pub fn never<T: std::fmt::Debug>(&self, what: &str, window: Duration, mut check: impl FnMut(&Lab) -> Option<T>) {
+    pub fn never<T: std::fmt::Debug>(
+        &self,
+        what: &str,
+        window: Duration,
+        mut check: impl FnMut(&Lab) -> Option<T>,
+    ) {
         let deadline = Instant::now() + window;
         while Instant::now() < deadline {
             if let Some(v) = check(self) {
@@ -196,7 +288,12 @@ impl Lab {
         eprintln!("  phase timings (s since the test's first action):");
         let mut prev = Duration::ZERO;
         for (phase, at) in &self.phases {
-            eprintln!("    {:<58} {:>6.1}  (+{:.1})", phase, at.as_secs_f64(), (*at - prev).as_secs_f64());
+            eprintln!(
+                "    {:<58} {:>6.1}  (+{:.1})",
+                phase,
+                at.as_secs_f64(),
+                (*at - prev).as_secs_f64()
+            );
             prev = *at;
         }
     }
@@ -204,24 +301,53 @@ impl Lab {
     /// The console log of the instance behind a provider ID (`aws:///<az>/<id>`).
     pub fn console(&self, provider_id: &str) -> String {
         let id = provider_id.rsplit('/').next().unwrap_or_default();
-        std::fs::read_to_string(Path::new(&self.var("KK_LAB_NODES")).join(id).join("console.log")).unwrap_or_default()
+        std::fs::read_to_string(
+            Path::new(&self.var("KK_LAB_NODES"))
+                .join(id)
+                .join("console.log"),
+        )
+        .unwrap_or_default()
     }
 
     pub fn diagnose(&self) -> String {
         let mut out = String::new();
         for nc in self.nodeclaims() {
-            let conds: Vec<String> = nc.data["status"]["conditions"].as_array().into_iter().flatten()
-                .map(|c| format!("{}={} {}", c["type"].as_str().unwrap_or(""), c["status"].as_str().unwrap_or(""), c["message"].as_str().unwrap_or("")))
+            let conds: Vec<String> = nc.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "{}={} {}",
+                        c["type"].as_str().unwrap_or(""),
+                        c["status"].as_str().unwrap_or(""),
+                        c["message"].as_str().unwrap_or("")
+                    )
+                })
                 .collect();
             let pid = nc.data["status"]["providerID"].as_str().unwrap_or("");
-            out.push_str(&format!("NodeClaim {} {pid}: {conds:?}\n", nc.metadata.name.clone().unwrap_or_default()));
+            out.push_str(&format!(
+                "NodeClaim {} {pid}: {conds:?}\n",
+                nc.metadata.name.clone().unwrap_or_default()
+            ));
             let console = self.console(pid);
             let tail: Vec<&str> = console.lines().rev().take(8).collect();
-            out.push_str(&format!("  console (last lines, newest first): {tail:#?}\n"));
+            out.push_str(&format!(
+                "  console (last lines, newest first): {tail:#?}\n"
+            ));
         }
         for n in self.nodes() {
-            let taints: Vec<String> = n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().map(|t| t.key).collect();
-            out.push_str(&format!("Node {} taints {taints:?}\n", n.metadata.name.unwrap_or_default()));
+            let taints: Vec<String> = n
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.key)
+                .collect();
+            out.push_str(&format!(
+                "Node {} taints {taints:?}\n",
+                n.metadata.name.unwrap_or_default()
+            ));
         }
         out
     }
@@ -239,29 +365,48 @@ impl Lab {
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
         // A test may have edited it by hand; the next apply must not meet a field conflict.
-        let plugin: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(self.client.clone(), "kube-system");
+        let plugin: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), "kube-system");
         rt.block_on(async {
-            let _ = plugin.delete("nvidia-device-plugin", &DeleteParams::default()).await;
-            let _ = deployments.delete_collection(&DeleteParams::default(), &ListParams::default()).await;
-            let _ = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await;
-            let _ = pools.delete_collection(&DeleteParams::default(), &ListParams::default()).await;
+            let _ = plugin
+                .delete("nvidia-device-plugin", &DeleteParams::default())
+                .await;
+            let _ = deployments
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+            let _ = pods
+                .delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default(),
+                )
+                .await;
+            let _ = pools
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
         });
         let deadline = Instant::now() + Duration::from_secs(180);
         while !self.nodeclaims().is_empty() {
-            assert!(Instant::now() < deadline, "reset: NodeClaims still there after 180s\n{}", self.diagnose());
+            assert!(
+                Instant::now() < deadline,
+                "reset: NodeClaims still there after 180s\n{}",
+                self.diagnose()
+            );
             std::thread::sleep(Duration::from_secs(1));
         }
         // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
         // before the CCM notices; remove them so the next test starts clean.
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let _ = rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
+        let _ =
+            rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
         self.phases.clear();
     }
 }
 
 /// A NodeClaim condition's status ("True", "False", "Unknown"), if present.
 pub fn condition(nc: &DynamicObject, kind: &str) -> Option<String> {
-    nc.data["status"]["conditions"].as_array()?.iter()
+    nc.data["status"]["conditions"]
+        .as_array()?
+        .iter()
         .find(|c| c["type"] == kind)
         .and_then(|c| c["status"].as_str().map(str::to_owned))
 }
@@ -271,5 +416,10 @@ pub fn is_true(nc: &DynamicObject, kind: &str) -> bool {
 }
 
 pub fn pool_of(nc: &DynamicObject) -> &str {
-    nc.metadata.labels.as_ref().and_then(|l| l.get("karpenter.sh/nodepool")).map(String::as_str).unwrap_or("")
+    nc.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("karpenter.sh/nodepool"))
+        .map(String::as_str)
+        .unwrap_or("")
 }

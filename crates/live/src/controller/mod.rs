@@ -1,12 +1,15 @@
 //! The in-cluster join-token rotator (`kubean-karpenter controller`).
 //!
 //! Keeps a valid bootstrap token in the join store at all times. On start and every tick
-//! the leader reads the store; when it holds nothing, a token the cluster does not know, an
-//! expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret,
-//! publishes it, and only then deletes its cluster's expired tokens (by label; never anyone
-//! else's, never the stored one). Two or more replicas elect a leader through a Lease.
+//! the leader reads the store; when it holds nothing, a token that no longer authenticates,
+//! an expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret
+//! and publishes it together with the replaced token's ID, which it deletes once `overlap`
+//! has passed (nodes that read the old token just before may still be joining). It never
+//! reads a Secret; expired tokens are left to kube-controller-manager's tokencleaner. Two or
+//! more replicas elect a leader through a Lease.
 //! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
 
+pub mod approve;
 mod leader;
 mod metrics;
 mod rotate;
@@ -67,6 +70,12 @@ pub struct ControllerConfig {
     pub ttl: Duration,
     /// Fraction of a token's lifetime after which it is replaced (0 < rotate_at < 1).
     pub rotate_at: f64,
+    /// How long a replaced token keeps working before the rotator deletes it: longer than a
+    /// node takes from reading the store to its CSR (Karpenter's registration timeout is 15 min).
+    pub overlap: Duration,
+    /// How often the leader decides pending node CSRs from our join group (`None`: the
+    /// approver is off; see [`approve`]).
+    pub approve_every: Option<Duration>,
     /// How often the leader checks the store when all is well.
     pub tick: Duration,
     /// How soon it tries again after a failure.
@@ -87,6 +96,13 @@ impl ControllerConfig {
         if self.ttl < Duration::from_secs(2) {
             return bad("--ttl must be at least 2s".into());
         }
+        if self.ttl > crate::token::TTL_CEILING {
+            return bad(format!(
+                "--ttl {} is over the {} ceiling: the rotator keeps tokens short-lived",
+                format_duration(self.ttl),
+                format_duration(crate::token::TTL_CEILING)
+            ));
+        }
         if self.tick.is_zero() || self.retry.is_zero() {
             return bad("--tick and --retry must be positive".into());
         }
@@ -96,6 +112,15 @@ impl ControllerConfig {
                 "a token would expire {} after its rotation point, within one --tick ({}): lower --rotate-at or --tick, or raise --ttl",
                 format_duration(margin),
                 format_duration(self.tick)
+            ));
+        }
+        let interval = self.ttl.mul_f64(self.rotate_at);
+        if self.overlap.is_zero() || self.overlap > margin || self.overlap >= interval {
+            return bad(format!(
+                "--overlap {} must be positive, at most the {} a replaced token has left, and shorter than the {} between rotations",
+                format_duration(self.overlap),
+                format_duration(margin),
+                format_duration(interval)
             ));
         }
         if self.lease.duration < Duration::from_secs(3) {
@@ -159,6 +184,8 @@ pub fn init_logging(json: bool) {
 /// The rotator: build it, optionally bind its HTTP endpoints, then `run` it.
 pub struct Controller {
     client: Client,
+    /// The apiserver's address and CA, for authenticating as the stored token.
+    probe: kube::Config,
     store: JoinStore,
     config: ControllerConfig,
     leadership: Arc<Leadership>,
@@ -167,12 +194,16 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// `kube_config`: the controller's own client configuration (its credentials for the
+    /// API calls; its address and CA also for checking the stored token).
     pub fn new(
-        client: Client,
+        kube_config: kube::Config,
         store: JoinStore,
         config: ControllerConfig,
     ) -> Result<Self, ControllerError> {
         config.validate()?;
+        let client = Client::try_from(kube_config.clone())
+            .map_err(|e| ControllerError::Config(format!("cannot build a client: {e}")))?;
         let leadership = Arc::new(Leadership::default());
         let stall_after = (config.tick.max(config.retry) * 3)
             .max(config.lease.duration * 2)
@@ -185,6 +216,7 @@ impl Controller {
         ));
         Ok(Self {
             client,
+            probe: kube_config,
             store,
             config,
             leadership,
@@ -215,6 +247,7 @@ impl Controller {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Controller {
             client,
+            probe,
             store,
             config,
             leadership,
@@ -251,6 +284,7 @@ impl Controller {
         let reconciler = async {
             reconcile_loop(
                 &client,
+                &probe,
                 &store,
                 &config,
                 &leadership,
@@ -259,6 +293,36 @@ impl Controller {
             )
             .await;
             let _ = done_tx.send(true);
+        };
+        let approver = async {
+            let Some(every) = config.approve_every else {
+                return;
+            };
+            let mut stop = stop_rx.clone();
+            while !*stop.borrow() {
+                if leadership.is_leading() {
+                    match tokio::time::timeout(
+                        Duration::from_secs(30),
+                        approve::approve_pending(&client),
+                    )
+                    .await
+                    {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            metrics.error();
+                            tracing::error!(error = %e, "deciding node CSRs failed");
+                        }
+                        Err(_) => {
+                            metrics.error();
+                            tracing::error!("deciding node CSRs timed out");
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => {}
+                }
+            }
         };
         let server = async {
             if let Some(listener) = listener {
@@ -281,13 +345,14 @@ impl Controller {
             tracing::info!("shutting down");
             let _ = stop_tx.send(true);
         };
-        tokio::join!(elector, reconciler, server, trigger);
+        tokio::join!(elector, reconciler, approver, server, trigger);
         tracing::info!("stopped");
     }
 }
 
 async fn reconcile_loop(
     client: &Client,
+    probe: &kube::Config,
     store: &JoinStore,
     config: &ControllerConfig,
     leadership: &Leadership,
@@ -296,13 +361,16 @@ async fn reconcile_loop(
 ) {
     // A step never takes longer than this (kube and AWS calls have their own timeouts).
     let step_timeout = Duration::from_secs(90);
+    let mut state = rotate::State::default();
     while !*stop.borrow() {
         metrics.beat();
         let leading = leadership.is_leading();
         let outcome = if leading {
             match tokio::time::timeout(
                 step_timeout,
-                rotate::reconcile(client, store, config, leadership, metrics),
+                rotate::reconcile(
+                    client, probe, store, config, leadership, metrics, &mut state,
+                ),
             )
             .await
             {
@@ -357,5 +425,108 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered_args() -> Vec<String> {
+        let cluster = kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
+            .unwrap()
+            .spec;
+        let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
+        let bundle = kk_render::render(&cluster, &pem).unwrap();
+        let (_, deployment) = bundle
+            .manifests()
+            .into_iter()
+            .find(|(p, o)| p.starts_with("rotator/") && o["kind"] == "Deployment")
+            .unwrap();
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn arg<'a>(args: &'a [String], flag: &str) -> &'a str {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{flag}=")))
+            .unwrap_or_else(|| panic!("no --{flag} in {args:?}"))
+    }
+
+    /// The rendered rotator keeps tokens short-lived and its overlap covers Karpenter's
+    /// registration timeout: 15 min (kubernetes-sigs/karpenter
+    /// pkg/controllers/nodeclaim/lifecycle/liveness.go, the hard-coded registration TTL that
+    /// designs/configurable-registeration-ttl.md describes).
+    #[test]
+    fn the_rendered_rotator_is_short_lived_with_an_overlap_past_karpenters_timeout() {
+        let args = rendered_args();
+        let parse = |f: &str| crate::token::parse_duration(arg(&args, f)).unwrap();
+        let config = ControllerConfig {
+            cluster: "demo".into(),
+            api_server_endpoint: "api.demo.internal:6443".into(),
+            ca_cert_hash: arg(&args, "ca-cert-hash").to_owned(),
+            ttl: parse("ttl"),
+            rotate_at: arg(&args, "rotate-at").parse().unwrap(),
+            overlap: parse("overlap"),
+            approve_every: Some(parse("approve-interval")),
+            tick: parse("tick"),
+            retry: parse("retry"),
+            lease: LeaseConfig {
+                namespace: "kube-system".into(),
+                name: "x".into(),
+                identity: "x".into(),
+                duration: parse("lease-duration"),
+            },
+        };
+        config.validate().unwrap();
+        assert!(config.ttl <= Duration::from_secs(2 * 3600), "{args:?}");
+        assert!(config.overlap >= Duration::from_secs(15 * 60), "{args:?}");
+        // The replaced token is still valid for the whole overlap.
+        assert!(config.ttl.mul_f64(1.0 - config.rotate_at) >= config.overlap);
+    }
+
+    #[test]
+    fn an_overlap_the_old_token_cannot_cover_or_a_ttl_over_a_day_is_refused() {
+        let mut config = ControllerConfig {
+            cluster: "demo".into(),
+            api_server_endpoint: "api.demo.internal:6443".into(),
+            ca_cert_hash: format!("sha256:{}", "a".repeat(64)),
+            ttl: Duration::from_secs(7200),
+            rotate_at: 0.5,
+            overlap: Duration::from_secs(1200),
+            approve_every: None,
+            tick: Duration::from_secs(60),
+            retry: Duration::from_secs(10),
+            lease: LeaseConfig {
+                namespace: "kube-system".into(),
+                name: "x".into(),
+                identity: "x".into(),
+                duration: Duration::from_secs(15),
+            },
+        };
+        config.validate().unwrap();
+        config.overlap = Duration::from_secs(3601);
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--overlap")
+        );
+        config.overlap = Duration::ZERO;
+        assert!(config.validate().is_err());
+        config.overlap = Duration::from_secs(1200);
+        config.ttl = Duration::from_secs(25 * 3600);
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ceiling")
+        );
     }
 }

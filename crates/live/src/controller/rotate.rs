@@ -1,4 +1,11 @@
-//! One reconcile: keep a valid token in the store, then delete our expired tokens.
+//! One reconcile: keep a valid token in the store; delete the token it replaced once the
+//! overlap has passed. Expired tokens are kube-controller-manager's tokencleaner's job.
+//!
+//! The rotator never reads a Secret: it learns whether the stored token works by
+//! authenticating with it (a SelfSubjectReview with the token as its bearer), and what it
+//! must delete from the store, which records the replaced token's ID.
+
+use std::collections::BTreeSet;
 
 use jiff::{SignedDuration, Timestamp};
 use kube::Client;
@@ -6,8 +13,8 @@ use kube::Client;
 use super::leader::Leadership;
 use super::metrics::Metrics;
 use super::{ControllerConfig, ControllerError};
-use crate::store::{self, JoinConfig, JoinStore, StoreError};
-use crate::token::{self, NewToken, TokenInfo};
+use crate::store::{self, JoinConfig, JoinStore, StoreError, Superseded};
+use crate::token::{self, BootstrapToken, JOIN_TOKEN_GROUP, NewToken, TokenInfo};
 
 /// Why the stored token must be replaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +25,8 @@ pub enum Reason {
     UnknownToCluster,
     Expired,
     Due,
+    OutlivesTtl,
+    WrongGroup,
 }
 
 impl Reason {
@@ -26,11 +35,27 @@ impl Reason {
             Reason::Missing => "the store holds no join configuration",
             Reason::Unreadable => "the stored join configuration is unusable",
             Reason::ConfigurationChanged => "the API server endpoint or CA hash changed",
-            Reason::UnknownToCluster => "the stored token is unknown to the cluster",
-            Reason::Expired => "the stored token has expired or cannot authenticate",
+            Reason::UnknownToCluster => "the stored token no longer authenticates",
+            Reason::Expired => "the stored token has expired",
             Reason::Due => "the stored token is past its rotation point",
+            Reason::OutlivesTtl => "the stored token lives longer than the configured TTL",
+            Reason::WrongGroup => "the stored token is not in the kubean-karpenter join group",
         }
     }
+
+    /// The old token still lets nodes join: keep it for the overlap, then delete it.
+    fn old_token_works(self) -> bool {
+        matches!(
+            self,
+            Reason::ConfigurationChanged | Reason::Due | Reason::OutlivesTtl | Reason::WrongGroup
+        )
+    }
+}
+
+/// How long after creating a token the authenticator may still answer 401 for it (it reads
+/// token Secrets through an informer): 15 s, or a quarter of a short TTL.
+fn informer_grace(ttl: SignedDuration) -> SignedDuration {
+    (ttl / 4).min(SignedDuration::from_secs(15))
 }
 
 /// When a token should be replaced: `rotate_at` of the way from its creation to its
@@ -54,9 +79,10 @@ pub fn rotation_point(
     start.checked_add(offset).unwrap_or(expiration)
 }
 
-/// Decides whether the stored configuration must be replaced (reads the token Secret).
+/// Decides whether the stored configuration must be replaced, by authenticating with the
+/// stored token (`probe`: the apiserver's address and CA; its credentials are not used).
 pub async fn assess(
-    client: &Client,
+    probe: &kube::Config,
     stored: Option<&JoinConfig>,
     config: &ControllerConfig,
     now: Timestamp,
@@ -69,20 +95,23 @@ pub async fn assess(
     {
         return Ok(Some(Reason::ConfigurationChanged));
     }
-    let Some((info, secret_matches)) = token::lookup(client, &stored.token).await? else {
-        return Ok(Some(Reason::UnknownToCluster));
-    };
-    if !secret_matches {
-        return Ok(Some(Reason::UnknownToCluster));
-    }
-    let expiration = match info.expiration {
-        Some(e) => e.min(stored.expiration),
-        None => stored.expiration,
-    };
-    if expiration <= now || !info.can_authenticate(now) {
+    if stored.expiration <= now {
         return Ok(Some(Reason::Expired));
     }
-    if now >= rotation_point(Some(&info), expiration, config.ttl, config.rotate_at) {
+    let ttl = SignedDuration::try_from(config.ttl).unwrap_or(SignedDuration::MAX);
+    let created = stored.expiration.checked_sub(ttl).unwrap_or(now);
+    if stored.expiration.duration_since(now) > ttl + SignedDuration::from_secs(60) {
+        return Ok(Some(Reason::OutlivesTtl));
+    }
+    match token::authenticate(probe, &stored.token).await? {
+        None if now.duration_since(created) < informer_grace(ttl) => {}
+        None => return Ok(Some(Reason::UnknownToCluster)),
+        Some(groups) if !groups.is_empty() && !groups.iter().any(|g| g == JOIN_TOKEN_GROUP) => {
+            return Ok(Some(Reason::WrongGroup));
+        }
+        Some(_) => {}
+    }
+    if now >= rotation_point(None, stored.expiration, config.ttl, config.rotate_at) {
         return Ok(Some(Reason::Due));
     }
     Ok(None)
@@ -106,14 +135,24 @@ pub async fn observe(
     Ok(stored)
 }
 
-/// The leader's step: rotate when needed (create, publish, and only then) delete our
-/// expired tokens, never the stored one, never a Secret without our labels.
-pub async fn reconcile(
+/// What the rotator keeps between reconciles.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Superseded tokens already deleted (the store keeps naming one until the next rotation).
+    deleted: BTreeSet<String>,
+}
+
+/// The leader's step: rotate when needed (create, publish with the replaced token's ID and
+/// the end of its overlap), then delete a replaced token whose overlap has passed. Deletes
+/// go by name; the admission policy lets the rotator delete only its own tokens.
+pub(crate) async fn reconcile(
     client: &Client,
+    probe: &kube::Config,
     store: &JoinStore,
     config: &ControllerConfig,
     leadership: &Leadership,
     metrics: &Metrics,
+    state: &mut State,
 ) -> Result<(), ControllerError> {
     let now = Timestamp::now();
     let (stored, unreadable) = match observe(store, metrics).await {
@@ -128,17 +167,32 @@ pub async fn reconcile(
     let reason = if unreadable {
         Some(Reason::Unreadable)
     } else {
-        assess(client, stored.as_ref(), config, now).await?
+        assess(probe, stored.as_ref(), config, now).await?
     };
-    let mut current = stored.as_ref().map(|c| c.token.id().to_owned());
+    let mut pending = stored.as_ref().and_then(|c| c.superseded.clone());
     if let Some(reason) = reason {
         ensure_leading(leadership)?;
+        let previous = stored.as_ref().map(|c| &c.token);
         tracing::info!(
             store = %store.describe(),
             reason = reason.as_str(),
-            previous_token_id = current.as_deref().unwrap_or("-"),
+            previous_token_id = previous.map(BootstrapToken::id).unwrap_or("-"),
             "rotating the join token"
         );
+        let overlap = SignedDuration::try_from(config.overlap).unwrap_or(SignedDuration::ZERO);
+        let superseded = match previous {
+            Some(old) if reason.old_token_works() => {
+                // An older replaced token still pending goes now: only one overlaps.
+                if let Some(older) = pending.take() {
+                    delete_superseded(client, leadership, metrics, state, &older.id).await?;
+                }
+                Some(Superseded {
+                    id: old.id().to_owned(),
+                    delete_after: now.checked_add(overlap).unwrap_or(now),
+                })
+            }
+            _ => pending.clone(),
+        };
         let new = NewToken {
             ttl: config.ttl,
             description: Some(format!(
@@ -153,6 +207,7 @@ pub async fn reconcile(
             &new,
             &config.api_server_endpoint,
             &config.ca_cert_hash,
+            superseded.clone(),
             Timestamp::now(),
         )
         .await?;
@@ -162,9 +217,10 @@ pub async fn reconcile(
             store = %store.describe(),
             token_id = publication.token.id(),
             expiration = %token::rfc3339(publication.config.expiration),
+            superseded = superseded.as_ref().map(|s| s.id.as_str()).unwrap_or("-"),
             "published a new join token"
         );
-        current = Some(publication.token.id().to_owned());
+        pending = superseded;
     } else if let Some(stored) = &stored {
         tracing::debug!(
             token_id = stored.token.id(),
@@ -172,31 +228,30 @@ pub async fn reconcile(
             "the stored token is valid"
         );
     }
-    clean_up(client, config, leadership, metrics, current.as_deref()).await
+    if let Some(old) = pending
+        && Timestamp::now() >= old.delete_after
+    {
+        delete_superseded(client, leadership, metrics, state, &old.id).await?;
+    }
+    Ok(())
 }
 
-/// Deletes our cluster's expired tokens (label selector), except the stored one.
-async fn clean_up(
+/// Deletes a replaced token once (by name; 404 is fine: tokencleaner may have been first).
+async fn delete_superseded(
     client: &Client,
-    config: &ControllerConfig,
     leadership: &Leadership,
     metrics: &Metrics,
-    keep: Option<&str>,
+    state: &mut State,
+    id: &str,
 ) -> Result<(), ControllerError> {
-    let now = Timestamp::now();
-    for info in token::list_managed(client, &config.cluster).await? {
-        if !info.is_expired(now) || keep == Some(info.id.as_str()) {
-            continue;
-        }
-        ensure_leading(leadership)?;
-        token::delete_exact(client, &info).await?;
-        metrics.deleted_one();
-        tracing::info!(
-            token_id = %info.id,
-            expiration = %info.expiration.map(token::rfc3339).unwrap_or_default(),
-            "deleted an expired token of ours"
-        );
+    if state.deleted.contains(id) {
+        return Ok(());
     }
+    ensure_leading(leadership)?;
+    token::delete_by_id(client, id).await?;
+    state.deleted.insert(id.to_owned());
+    metrics.deleted_one();
+    tracing::info!(token_id = %id, "deleted the token this one replaced (its overlap has passed)");
     Ok(())
 }
 

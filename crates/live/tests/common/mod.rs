@@ -50,9 +50,14 @@ pub async fn admin(testbed: &Testbed) -> Client {
 
 /// An admin client that goes through `proxy` instead of straight to the apiserver.
 pub async fn admin_via(testbed: &Testbed, proxy: SocketAddr) -> Client {
+    Client::try_from(kube_config_via(testbed, proxy).await).unwrap()
+}
+
+/// The admin client configuration, through `proxy`.
+pub async fn kube_config_via(testbed: &Testbed, proxy: SocketAddr) -> kube::Config {
     let mut config = kube_config(testbed).await;
     config.cluster_url = format!("https://{proxy}").parse().unwrap();
-    Client::try_from(config).unwrap()
+    config
 }
 
 pub fn apiserver_addr(testbed: &Testbed) -> SocketAddr {

@@ -1,3 +1,4 @@
 //! Workloads (pod templates) against the pools that must run them.
 
 pub mod gpu_tolerations;
+pub mod shared_infra_identity;
