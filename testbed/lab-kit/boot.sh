@@ -10,7 +10,7 @@
 set -euo pipefail
 node="$1"
 kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-: "${KK_LAB_BIN:?}" "${KK_LAB_API_IP:?}" "${KK_LAB_API_NAME:?}" "${KK_LAB_AWS:?}" "${KK_LAB_NODE_AWS_ENDPOINT:?}"
+: "${KK_LAB_BIN:?}" "${KK_LAB_API_IP:?}" "${KK_LAB_API_NAME:?}" "${KK_LAB_AWS:?}" "${KK_LAB_CRICTL:?}" "${KK_LAB_NODE_AWS_ENDPOINT:?}"
 profile="$(cat "$node/profile")"
 # shellcheck disable=SC1090
 source "$kit/profiles/$profile.env"
@@ -42,6 +42,7 @@ for b in $KK_AMI_BINARIES; do
         "$KK_LAB_BIN/kubeadm" "$KK_LAB_BIN/kubeadm" >/opt/kk-ami/bin/kubeadm
       ;;
     aws) ln -s "$KK_LAB_AWS" /opt/kk-ami/bin/aws ;;
+    crictl) ln -s "$KK_LAB_CRICTL" /opt/kk-ami/bin/crictl ;;
     *) cp "$kit/ami/bin/$b" /opt/kk-ami/bin/ ;;
   esac
 done

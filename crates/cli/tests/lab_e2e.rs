@@ -301,9 +301,11 @@ fn failure_gpu_ami_without_the_nvidia_container_runtime_fails_its_boot() {
 }
 
 #[test]
-fn failure_passrole_refused_leaves_pods_pending_and_launches_nothing() {
+fn failure_passrole_refused_fails_the_nodeclass_validation_and_launches_nothing() {
     // moto enforces no IAM: the lab makes it refuse CreateFleet as EC2 does when the
     // controller may not pass the node role (testbed/moto_seeded.py install_faults).
+    // Karpenter v1.14 checks its rights with a dry-run CreateFleet when it validates an
+    // EC2NodeClass, so the user sees the class not Ready and pods Pending, never a NodeClaim.
     let Some(mut lab) = Lab::require("failure: iam:PassRole missing") else {
         return;
     };
@@ -315,24 +317,38 @@ fn failure_passrole_refused_leaves_pods_pending_and_launches_nothing() {
     .unwrap();
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 1);
-    let message = lab.wait("NodeClaim refused at launch", MIN, |l| {
-        claim_of(l, "workload-general").and_then(|nc| {
+    let classes = lab.dynamic("karpenter.k8s.aws", "v1", "EC2NodeClass");
+    let message = lab.wait(
+        "EC2NodeClass validation failed (ValidationSucceeded=False)",
+        MIN,
+        |l| {
+            let nc = l.rt.block_on(classes.get("kubean-aws-cpu")).ok()?;
             nc.data["status"]["conditions"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find(|c| c["type"] == "Launched" && c["status"] == "False")
+                .find(|c| c["type"] == "ValidationSucceeded" && c["status"] == "False")
                 .and_then(|c| c["message"].as_str().map(str::to_owned))
-        })
-    });
-    assert!(
-        message.contains("UnauthorizedOperation") || message.contains("PassRole"),
-        "{message}"
+        },
     );
-    lab.never("an instance was launched", Duration::from_secs(15), |l| {
-        let n = l.aws("print(sum(len(r['Instances']) for r in ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']}, {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])['Reservations']))");
-        (n != "0").then_some(n)
-    });
+    assert!(message.contains("ec2:CreateFleet"), "{message}");
+    lab.never(
+        "a NodeClaim was created for the pending pod",
+        Duration::from_secs(20),
+        |l| claim_of(l, "workload-general").map(|nc| nc.metadata.name),
+    );
+    assert!(
+        lab.pods("default")
+            .iter()
+            .filter(|p| p
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("inflate-"))
+            .all(unschedulable),
+        "the inflate pod stays Pending"
+    );
     lab.print_phases();
 }
 

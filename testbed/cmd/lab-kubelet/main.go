@@ -32,6 +32,7 @@ import (
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,8 +41,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/version"
+	kubeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
+	criutil "k8s.io/cri-client/pkg/util"
 	"k8s.io/klog/v2"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
@@ -100,15 +103,43 @@ func runContainerd(args []string) error {
 	// The kubelet refuses images without a size ("Id or size of image is not set"); every
 	// image "pulled" here gets one.
 	rt.ImageService.SetFakeImageSize(64 << 20)
-	if err := rt.Start("unix://" + *address); err != nil {
+	rt.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
+		{Type: kubeapi.RuntimeReady, Status: true},
+		{Type: kubeapi.NetworkReady, Status: true},
+	}}
+	// Served by hand (not rt.Start) so that Status can answer as containerd does.
+	server := grpc.NewServer()
+	kubeapi.RegisterRuntimeServiceServer(server, &containerd{RemoteRuntime: rt, defaultRuntime: active})
+	kubeapi.RegisterImageServiceServer(server, rt)
+	listener, err := criutil.CreateListener("unix://" + *address)
+	if err != nil {
 		return err
 	}
-	defer rt.Stop()
+	go func() { _ = server.Serve(listener) }()
+	defer server.Stop()
 	klog.Infof("fake containerd on %s, default runtime %q", *address, active)
 	ctx, cancel := signalContext()
 	defer cancel()
 	<-ctx.Done()
 	return nil
+}
+
+// containerd is the fake runtime answering Status like containerd's CRI plugin: with
+// verbose, its config (as `crictl info` prints it), where defaultRuntimeName is the runtime
+// this containerd started with.
+type containerd struct {
+	*fakeremote.RemoteRuntime
+	defaultRuntime string
+}
+
+func (c *containerd) Status(ctx context.Context, req *kubeapi.StatusRequest) (*kubeapi.StatusResponse, error) {
+	resp, err := c.RemoteRuntime.Status(ctx, req)
+	if err != nil || !req.Verbose {
+		return resp, err
+	}
+	config, _ := json.Marshal(map[string]any{"containerd": map[string]string{"defaultRuntimeName": c.defaultRuntime}})
+	resp.Info = map[string]string{"config": string(config)}
+	return resp, nil
 }
 
 // defaultRuntime reads default_runtime_name from a containerd TOML config ("runc" when

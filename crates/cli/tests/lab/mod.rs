@@ -170,23 +170,31 @@ impl Lab {
         (spec, bundle)
     }
 
-    /// Starts Karpenter and the CCM from the bundle, creates the namespaces Helm would, applies
-    /// the bundle with the CLI and publishes a join token to the store.
+    /// Starts Karpenter and the CCM from the bundle, applies the bundle with the CLI (the lab is
+    /// both the management and the new cluster), then runs the rendered rotator + CSR approver
+    /// from this build's binary and waits until it has published a join token.
     pub fn deploy(&self, spec: &Path, bundle: &Path) {
         self.lab(&["karpenter", bundle.to_str().unwrap()]);
         self.lab(&["ccm", bundle.to_str().unwrap()]);
-        self.apply_json(
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "karpenter"}}),
-        );
+        // Kubean's own namespace exists wherever Kubean is installed.
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
-        self.cli(&["apply", spec.to_str().unwrap()]);
+        let kubeconfig = self.var("KUBECONFIG");
         self.cli(&[
-            "token",
-            "create",
-            "--publish",
-            "--spec",
+            "apply",
             spec.to_str().unwrap(),
+            "--mgmt-kubeconfig",
+            &kubeconfig,
         ]);
+        self.lab(&[
+            "controller",
+            bundle.to_str().unwrap(),
+            env!("CARGO_BIN_EXE_kubean-karpenter"),
+        ]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.aws("print(len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters']))").starts_with('1') {
+            assert!(Instant::now() < deadline, "the rotator published no join token in 60s");
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 
     fn apply_json(&self, obj: &Value) {
@@ -398,6 +406,8 @@ impl Lab {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let _ =
             rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
+        // The next deploy waits for its own rotator to publish the join configuration.
+        self.aws("try:\n    ssm.delete_parameter(Name='/kubean-karpenter/lab/join')\nexcept ssm.exceptions.ParameterNotFound:\n    pass");
         self.phases.clear();
     }
 }
