@@ -64,6 +64,12 @@ sysctl -qw net.ipv4.ip_forward=1
 ip link set lo up
 ip addr add 169.254.169.254/32 dev lo
 
+# Seed failure point "API port blocked": the security group does not admit the API port
+# from the nodes (a test switches it on with $KK_LAB_FAULTS/api-port-blocked).
+if [[ -n "${KK_LAB_FAULTS:-}" && -e "$KK_LAB_FAULTS/api-port-blocked" ]]; then
+  iptables -A OUTPUT -p tcp -d "$KK_LAB_API_IP" --dport "${KK_LAB_API_PORT:?}" -j REJECT --reject-with tcp-reset
+  echo "boot: lab fault: TCP $KK_LAB_API_IP:$KK_LAB_API_PORT blocked" >>"$node/boot.log"
+fi
 python3 "$kit/imds.py" --instance "$node/instance.json" >"$node/imds.log" 2>&1 &
 # What the instance sees: a clean environment, as cloud-init has. AWS_ENDPOINT_URL points
 # the aws CLI at moto (the stand-in for AWS's own endpoints); credentials come from IMDS.

@@ -395,3 +395,109 @@ fn failure_device_plugin_that_does_not_tolerate_the_pool_taint_never_reaches_the
     );
     lab.print_phases();
 }
+
+const SSM_JOIN: &str = "  join:\n    mode: ssm\n    storeName: /kubean-karpenter/lab/join\n";
+
+#[test]
+fn join_mode_secrets_manager_node_joins_with_the_token_the_rotator_keeps_there() {
+    let Some(mut lab) = Lab::require("join mode secrets-manager") else {
+        return;
+    };
+    let (spec, bundle) =
+        lab.render(|s| s.replace(SSM_JOIN, "  join:\n    mode: secrets-manager\n"));
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", 1);
+    let user_data =
+        std::fs::read_to_string(bundle.join("nodeclasses/kubean-aws-cpu.yaml")).unwrap();
+    assert!(
+        user_data.contains("aws secretsmanager get-secret-value"),
+        "the node reads Secrets Manager"
+    );
+    follow_to_initialized(&mut lab, "workload-general");
+    lab.print_phases();
+}
+
+#[test]
+fn join_mode_static_node_joins_with_the_token_in_its_user_data() {
+    let Some(mut lab) = Lab::require("join mode static") else {
+        return;
+    };
+    let token = ("labsta", "0123456789abcdef");
+    let (spec, bundle) = lab.render(|s| {
+        s.replace(
+            SSM_JOIN,
+            &format!(
+                "  join:\n    mode: static\n    token: {}.{}\n",
+                token.0, token.1
+            ),
+        )
+    });
+    // ORDER.md step 4 in static mode: create exactly this token, as kubeadm does.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(lab.client.clone(), "kube-system");
+    let name = format!("bootstrap-token-{}", token.0);
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": name, "namespace": "kube-system"},
+        "stringData": {
+            "token-id": token.0, "token-secret": token.1,
+            "usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true",
+            "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+        },
+    });
+    lab.rt
+        .block_on(secrets.patch(
+            &name,
+            &PatchParams::apply("kk-lab-test").force(),
+            &Patch::Apply(&secret),
+        ))
+        .unwrap();
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", 1);
+    follow_to_initialized(&mut lab, "workload-general");
+    lab.print_phases();
+}
+
+#[test]
+fn failure_api_port_blocked_from_the_nodes_leaves_the_nodeclaim_launched_and_not_registered() {
+    // The security group does not admit the API port from the nodes: the lab rejects TCP to
+    // the API server's port inside each new instance's network namespace.
+    let Some(mut lab) = Lab::require("failure: API port blocked") else {
+        return;
+    };
+    let (spec, bundle) = lab.render(|s| s);
+    lab.deploy(&spec, &bundle);
+    std::fs::write(
+        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("api-port-blocked"),
+        "",
+    )
+    .unwrap();
+    lab.scale("inflate-workload-general", 1);
+    let api = lab.var("KK_LAB_API_SERVER");
+    let pid = lab.wait("NodeClaim Launched", MIN, |l| {
+        claim_of(l, "workload-general")
+            .filter(|nc| is_true(nc, "Launched"))
+            .and_then(|nc| provider_id(&nc))
+    });
+    lab.wait("the node tries to join", MIN, |l| {
+        l.console(&pid)
+            .contains(&format!("joining {api}"))
+            .then_some(())
+    });
+    lab.never(
+        "the NodeClaim became Registered",
+        Duration::from_secs(45),
+        |l| {
+            claim_of(l, "workload-general")
+                .filter(|nc| is_true(nc, "Registered"))
+                .map(|nc| nc.metadata.name)
+        },
+    );
+    assert!(
+        !lab.console(&pid).contains("kubean-karpenter: joined"),
+        "{}",
+        lab.console(&pid)
+    );
+    assert!(node_for(&lab, &pid).is_none());
+    lab.print_phases();
+}

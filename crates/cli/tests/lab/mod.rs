@@ -19,6 +19,22 @@ use serde_json::{Value, json};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The lab spec's join stores: the SSM parameter (mode ssm) and the Secrets Manager secret
+/// (mode secrets-manager, the default name).
+const STORES_WITH_A_TOKEN: &str = "sm = boto3.client('secretsmanager')
+n = len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters'])
+n += len(sm.list_secrets(Filters=[{'Key': 'name', 'Values': ['kubean-karpenter/lab/join']}])['SecretList'])
+print(n)";
+const DELETE_STORES: &str = "sm = boto3.client('secretsmanager')
+try:
+    ssm.delete_parameter(Name='/kubean-karpenter/lab/join')
+except ssm.exceptions.ParameterNotFound:
+    pass
+try:
+    sm.delete_secret(SecretId='kubean-karpenter/lab/join', ForceDeleteWithoutRecovery=True)
+except sm.exceptions.ResourceNotFoundException:
+    pass";
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -185,14 +201,21 @@ impl Lab {
             "--mgmt-kubeconfig",
             &kubeconfig,
         ]);
+        // Static join mode renders no rotator: the token is in the userData.
+        if !bundle.join("rotator/join-token-rotator.yaml").exists() {
+            return;
+        }
         self.lab(&[
             "controller",
             bundle.to_str().unwrap(),
             env!("CARGO_BIN_EXE_kubean-karpenter"),
         ]);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.aws("print(len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters']))").starts_with('1') {
-            assert!(Instant::now() < deadline, "the rotator published no join token in 60s");
+        while self.aws(STORES_WITH_A_TOKEN) == "0" {
+            assert!(
+                Instant::now() < deadline,
+                "the rotator published no join token in 60s"
+            );
             std::thread::sleep(Duration::from_secs(1));
         }
     }
@@ -407,7 +430,7 @@ impl Lab {
         let _ =
             rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
         // The next deploy waits for its own rotator to publish the join configuration.
-        self.aws("try:\n    ssm.delete_parameter(Name='/kubean-karpenter/lab/join')\nexcept ssm.exceptions.ParameterNotFound:\n    pass");
+        self.aws(DELETE_STORES);
         self.phases.clear();
     }
 }
