@@ -20,6 +20,12 @@ fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
     lab.nodeclaims().into_iter().find(|nc| pool_of(nc) == pool)
 }
 
+fn claim_named(lab: &Lab, name: &str) -> Option<DynamicObject> {
+    lab.nodeclaims()
+        .into_iter()
+        .find(|nc| nc.metadata.name.as_deref() == Some(name))
+}
+
 fn provider_id(nc: &DynamicObject) -> Option<String> {
     nc.data["status"]["providerID"]
         .as_str()
@@ -70,7 +76,7 @@ fn follow_to_initialized(lab: &mut Lab, pool: &str) -> String {
         .name
         .unwrap();
     let pid = lab.wait("NodeClaim Launched (CreateFleet in moto)", MIN, |l| {
-        claim_of(l, pool)
+        claim_named(l, &name)
             .filter(|nc| is_true(nc, "Launched"))
             .and_then(|nc| provider_id(&nc))
     });
@@ -101,13 +107,13 @@ fn follow_to_initialized(lab: &mut Lab, pool: &str) -> String {
         },
     );
     lab.wait("NodeClaim Registered", MIN, |l| {
-        claim_of(l, pool).filter(|nc| is_true(nc, "Registered"))
+        claim_named(l, &name).filter(|nc| is_true(nc, "Registered"))
     });
     lab.wait("NodeClaim Initialized", 2 * MIN, |l| {
-        claim_of(l, pool).filter(|nc| is_true(nc, "Initialized"))
+        claim_named(l, &name).filter(|nc| is_true(nc, "Initialized"))
     });
     assert_eq!(
-        claim_of(lab, pool).unwrap().metadata.name.unwrap(),
+        claim_named(lab, &name).unwrap().metadata.name.unwrap(),
         name,
         "the same NodeClaim all along"
     );
@@ -500,4 +506,129 @@ fn failure_api_port_blocked_from_the_nodes_leaves_the_nodeclaim_launched_and_not
     );
     assert!(node_for(&lab, &pid).is_none());
     lab.print_phases();
+}
+
+/// A figure, not a test (run it with `--ignored`): how many emulated nodes the lab holds on
+/// this machine. Scales the inflate Deployment to KK_LAB_NODES_WANTED × 3 replicas (three fit
+/// an m6i.xlarge) and reports the time until all run, the node count, and the lab's memory.
+#[test]
+#[ignore = "a benchmark of the lab's capacity, minutes long"]
+fn lab_capacity_many_nodes() {
+    let Some(mut lab) = Lab::require("lab capacity") else {
+        return;
+    };
+    let wanted: i32 = std::env::var("KK_LAB_NODES_WANTED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let (spec, bundle) = lab.render(|s| s.replace("sizes: [large, xlarge]", "sizes: [xlarge]"));
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", wanted * 3);
+    lab.wait("all inflate pods Running", 15 * MIN, |l| {
+        let pods: Vec<Pod> = l
+            .pods("default")
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("inflate-")
+            })
+            .collect();
+        (pods.len() == (wanted * 3) as usize && pods.iter().all(running)).then_some(())
+    });
+    let nodes = lab.nodes().len();
+    let rss_kib: u64 = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            std::fs::read_to_string(e.path().join("status"))
+                .ok()
+                .map(|s| (e.path(), s))
+        })
+        .filter(|(p, _)| {
+            std::fs::read(p.join("cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).contains("/.lab/")
+                    || String::from_utf8_lossy(&c).contains("lab-kubelet")
+            })
+        })
+        .filter_map(|(_, s)| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .sum();
+    eprintln!(
+        "  {nodes} nodes, {} pods Running; lab processes' resident memory {:.1} GiB",
+        wanted * 3,
+        rss_kib as f64 / 1048576.0
+    );
+    lab.print_phases();
+}
+
+/// A digest of the token line in the SSM store (the token itself never reaches test output).
+const STORED_TOKEN_DIGEST: &str = "import hashlib
+v = ssm.get_parameter(Name='/kubean-karpenter/lab/join', WithDecryption=True)['Parameter']['Value']
+print(hashlib.sha256([l for l in v.splitlines() if l.startswith('KK_TOKEN=')][0].encode()).hexdigest())";
+
+#[test]
+fn join_survives_a_token_rotation_while_the_node_boots() {
+    // The node read the store and is joining when a new token replaces it there: the token it
+    // holds must stay valid (superseded tokens are deleted only after the overlap).
+    let Some(mut lab) = Lab::require("token rotated while a node boots") else {
+        return;
+    };
+    let (spec, bundle) = lab.render(|s| s);
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", 1);
+    let api = lab.var("KK_LAB_API_SERVER");
+    let pid = lab.wait("NodeClaim Launched", MIN, |l| {
+        claim_of(l, "workload-general")
+            .filter(|nc| is_true(nc, "Launched"))
+            .and_then(|nc| provider_id(&nc))
+    });
+    let before = lab.aws(STORED_TOKEN_DIGEST);
+    lab.wait("the node read its token and is joining", MIN, |l| {
+        l.console(&pid)
+            .contains(&format!("joining {api}"))
+            .then_some(())
+    });
+    lab.cli(&[
+        "token",
+        "create",
+        "--publish",
+        "--spec",
+        spec.to_str().unwrap(),
+    ]);
+    let after = lab.aws(STORED_TOKEN_DIGEST);
+    assert_ne!(before, after, "the store holds a new token");
+    follow_to_initialized(&mut lab, "workload-general");
+    lab.print_phases();
+}
+
+#[test]
+fn failure_kubeadm_userdata_on_an_eks_optimized_ami_never_joins() {
+    // An EKS-optimized AL2023 image ships kubelet and nodeadm, not kubeadm (the lab's
+    // eks-al2023 AMI profile): our kubeadm userData on it fails as it would on AWS. `validate`
+    // refuses ami.alias/ssmRelease pools for this reason; an ami.id cannot be told apart.
+    let Some(mut lab) = Lab::require("failure: kubeadm userData on an EKS AMI") else {
+        return;
+    };
+    let profiles: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(lab::repo().join("testbed/lab-kit/ami-profiles.json")).unwrap(),
+    )
+    .unwrap();
+    let eks_ami = profiles
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, p)| *p == "eks-al2023")
+        .unwrap()
+        .0
+        .clone();
+    let (spec, bundle) = lab.render(|s| s.replace("ami-0c0ffee0c0ffee001", &eks_ami));
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", 1);
+    assert_never_registers(&mut lab, "workload-general", "kubeadm: command not found");
 }
