@@ -9,6 +9,10 @@ mod files;
 mod lint_cmd;
 mod plan_cmd;
 mod token_cmd;
+mod version_cmd;
+
+#[cfg(test)]
+mod civil_date;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,7 +24,7 @@ use kk_spec::{EXAMPLE, EXAMPLE_FILE, LoadedSpec, parse_spec};
 #[derive(Parser)]
 #[command(
     name = "kubean-karpenter",
-    version,
+    version = version_cmd::VERSION_LINE,
     about = "Kubean-built Kubernetes clusters with Karpenter elastic CPU and GPU EC2 workers",
     long_about = "Turns one ElasticCluster spec into everything the Kubean + Karpenter runbook \
                   asks for: Kubean inventory and operations, Karpenter Helm values, EC2NodeClasses \
@@ -82,6 +86,8 @@ enum Command {
     /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
     /// join store, leader-elected through a Lease, with /metrics, /healthz and /readyz.
     Controller(Box<token_cmd::ControllerArgs>),
+    /// Print the version, git commit, build date and compiler (-o json|yaml for an object).
+    Version(version_cmd::VersionArgs),
 }
 
 /// An error the user must act on; printed once, exit 2.
@@ -113,6 +119,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),
         Command::Controller(args) => token_cmd::controller(*args),
+        Command::Version(args) => version_cmd::run(args),
         Command::Init => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
             Ok(ExitCode::SUCCESS)
