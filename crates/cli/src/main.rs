@@ -5,6 +5,7 @@
 
 mod apply_cmd;
 mod catalog_cmd;
+mod completion_cmd;
 mod files;
 mod lint_cmd;
 mod plan_cmd;
@@ -88,6 +89,13 @@ enum Command {
     Controller(Box<token_cmd::ControllerArgs>),
     /// Print the version, git commit, build date and compiler (-o json|yaml for an object).
     Version(version_cmd::VersionArgs),
+    /// Print a shell completion script: `source <(kubean-karpenter completion bash)`, or save
+    /// `completion zsh` as `_kubean-karpenter` in your $fpath, `completion fish` in
+    /// ~/.config/fish/completions/kubean-karpenter.fish.
+    Completion(completion_cmd::CompletionArgs),
+    /// Write a man page per command into DIR (kubean-karpenter-plan.1, ...); read one with
+    /// `man -l DIR/kubean-karpenter-plan.1`, or add DIR's parent man/ tree to MANPATH.
+    Man(completion_cmd::ManArgs),
 }
 
 /// An error the user must act on; printed once, exit 2.
@@ -120,6 +128,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::CaHash(args) => token_cmd::ca_hash(args),
         Command::Controller(args) => token_cmd::controller(*args),
         Command::Version(args) => version_cmd::run(args),
+        Command::Completion(args) => completion_cmd::completion(args),
+        Command::Man(args) => completion_cmd::man(args),
         Command::Init => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
             Ok(ExitCode::SUCCESS)
