@@ -5,11 +5,16 @@
 
 mod apply_cmd;
 mod catalog_cmd;
+mod completion_cmd;
 mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
 mod token_cmd;
+mod version_cmd;
+
+#[cfg(test)]
+mod civil_date;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -21,7 +26,7 @@ use kk_spec::{EXAMPLE, EXAMPLE_FILE, LoadedSpec, parse_spec};
 #[derive(Parser)]
 #[command(
     name = "kubean-karpenter",
-    version,
+    version = version_cmd::VERSION_LINE,
     about = "Kubean-built Kubernetes clusters with Karpenter elastic CPU and GPU EC2 workers",
     long_about = "Turns one ElasticCluster spec into everything the Kubean + Karpenter runbook \
                   asks for: Kubean inventory and operations, Karpenter Helm values, EC2NodeClasses \
@@ -87,6 +92,15 @@ enum Command {
     /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
     /// join store, leader-elected through a Lease, with /metrics, /healthz and /readyz.
     Controller(Box<token_cmd::ControllerArgs>),
+    /// Print the version, git commit, build date and compiler (-o json|yaml for an object).
+    Version(version_cmd::VersionArgs),
+    /// Print a shell completion script: `source <(kubean-karpenter completion bash)`, or save
+    /// `completion zsh` as `_kubean-karpenter` in your $fpath, `completion fish` in
+    /// ~/.config/fish/completions/kubean-karpenter.fish.
+    Completion(completion_cmd::CompletionArgs),
+    /// Write a man page per command into DIR (kubean-karpenter-plan.1, ...); read one with
+    /// `man -l DIR/kubean-karpenter-plan.1`, or add DIR's parent man/ tree to MANPATH.
+    Man(completion_cmd::ManArgs),
 }
 
 /// An error the user must act on; printed once, exit 2.
@@ -119,6 +133,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),
         Command::Controller(args) => token_cmd::controller(*args),
+        Command::Version(args) => version_cmd::run(args),
+        Command::Completion(args) => completion_cmd::completion(args),
+        Command::Man(args) => completion_cmd::man(args),
         Command::Init => {
             std::io::stdout().write_all(EXAMPLE.as_bytes())?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,48 @@
+//! `--version` and `version -o text|json|yaml`: the crate version, the git commit and the
+//! build date build.rs stamped into the binary ("unknown" when built outside a git checkout).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use crate::Failure;
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const COMMIT: &str = env!("KK_GIT_COMMIT");
+pub const BUILD_DATE: &str = env!("KK_BUILD_DATE");
+pub const RUSTC: &str = env!("KK_RUSTC_VERSION");
+
+/// What `-V` and `--version` print after the program name: one line, greppable.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KK_GIT_COMMIT"),
+    ", built ",
+    env!("KK_BUILD_DATE"),
+    ")"
+);
+
+#[derive(clap::Args)]
+pub struct VersionArgs {
+    /// Output: text (one line, as --version), json or yaml (an object with version, commit,
+    /// buildDate and rustc).
+    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
+    output: String,
+}
+
+pub fn run(args: VersionArgs) -> Result<ExitCode, Failure> {
+    let info = json!({
+        "version": VERSION,
+        "commit": COMMIT,
+        "buildDate": BUILD_DATE,
+        "rustc": RUSTC,
+    });
+    let text = match args.output.as_str() {
+        "json" => serde_json::to_string_pretty(&info)? + "\n",
+        "yaml" => serde_saphyr::to_string(&info)?,
+        _ => format!("kubean-karpenter {VERSION_LINE}\n"),
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
