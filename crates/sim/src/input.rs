@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::labels;
 use crate::model::{
     Effect, LabelSelector, Node, Pod, PodAffinityTerm, Policy, Pool, SelectorReq, SpreadConstraint,
-    Taint, Term, Toleration, TolerationOp,
+    Taint, Term, Toleration,
 };
 use crate::req::{Operator, Requirement, Requirements};
 use crate::solver::{Input, Options};
@@ -430,35 +430,15 @@ fn pod_from_spec(
     let mut tolerations = Vec::new();
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
         let f = join(field, &format!("tolerations[{i}]"));
-        let operator = match t.operator.as_deref().unwrap_or("Equal") {
-            "Equal" | "" => TolerationOp::Equal,
-            "Exists" => TolerationOp::Exists,
-            "Gt" => TolerationOp::Gt,
-            "Lt" => TolerationOp::Lt,
-            other => {
-                ctx.err(
-                    &format!("{f}.operator"),
-                    format!("unknown toleration operator {other:?}"),
-                );
-                continue;
-            }
-        };
-        let effect = match t.effect.as_deref().unwrap_or("") {
-            "" => None,
-            e => match Effect::parse(e) {
-                Ok(e) => Some(e),
-                Err(msg) => {
-                    ctx.err(&format!("{f}.effect"), msg);
-                    continue;
-                }
-            },
-        };
-        tolerations.push(Toleration {
-            key: t.key.clone().unwrap_or_default(),
-            operator,
-            value: t.value.clone().unwrap_or_default(),
-            effect,
-        });
+        match Toleration::from_fields(
+            t.key.as_deref(),
+            t.operator.as_deref(),
+            t.value.as_deref(),
+            t.effect.as_deref(),
+        ) {
+            Ok(tol) => tolerations.push(tol),
+            Err(e) => ctx.err(&format!("{f}.{}", e.field), e.message),
+        }
     }
 
     let who = format!("{ns}/{name}");

@@ -19,11 +19,13 @@
 //! [`plan`] the launch choice and the output; [`input`] reads manifests.
 
 pub mod gosort;
+/// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).
+pub use kk_karpenter::labels;
+/// The requirement algebra, from `kk-karpenter`.
+pub use kk_karpenter::req;
 pub mod input;
-pub mod labels;
 pub mod model;
 pub mod plan;
-pub mod req;
 pub mod res;
 pub mod scenario;
 pub mod solver;

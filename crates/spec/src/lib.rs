@@ -8,9 +8,10 @@ mod load;
 pub mod types;
 mod validate;
 
+pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
 pub use load::{LoadedSpec, SpecError, parse_spec};
 pub use types::*;
-pub use validate::{node_class_name, restricted_label_domain, validate};
+pub use validate::{node_class_name, validate};
 
 /// The commented example that `init` prints and `render --example` renders.
 pub const EXAMPLE: &str = include_str!("example.yaml");

@@ -12,7 +12,7 @@ use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::input::{Class, Object};
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, TaintSpec};
+use crate::sched;
 
 const GPU: &str = "nvidia.com/gpu";
 const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
@@ -152,15 +152,7 @@ fn mounts(plugin: &WorkloadView<'_>, config: &Sharing) -> bool {
 /// Whether the device plugin runs on every node of the pool (or it cannot be told).
 fn runs_on(plugin: &WorkloadView<'_>, pool: &NodePoolView<'_>) -> bool {
     let tolerations = sched::tolerations(plugin.pod_spec);
-    let tolerated = pool
-        .pool
-        .spec
-        .template
-        .spec
-        .taints
-        .iter()
-        .map(TaintSpec::from_k8s)
-        .all(|t| !t.is_hard() || sched::tolerated(&tolerations, &t));
+    let tolerated = sched::untolerated_taints(&pool.pool, &tolerations).is_empty();
     tolerated
         && sched::placement_miss(plugin.pod_spec, &plugin.pod_spec_path, &pool.labels).is_none()
 }

@@ -8,7 +8,7 @@ use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Object;
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, Reach, TaintSpec};
+use crate::sched::{self, Reach};
 
 /// The label Kubespray puts on Kubean's infra workers (`node_labels`), which host Karpenter.
 pub const INFRA_LABEL: &str = "node-role.kubernetes.io/infra";
@@ -164,16 +164,7 @@ impl<'a> Controller<'a> {
     /// effect, and the pool's hard taints against the controller's tolerations.
     fn lands_on(&self, pool: &NodePoolView<'_>) -> bool {
         let tolerations = sched::tolerations(&self.pod);
-        let blocked = pool
-            .pool
-            .spec
-            .template
-            .spec
-            .taints
-            .iter()
-            .map(TaintSpec::from_k8s)
-            .any(|t| t.is_hard() && !sched::tolerated(&tolerations, &t));
-        if blocked {
+        if !sched::untolerated_taints(&pool.pool, &tolerations).is_empty() {
             return false;
         }
         let affinity = any_term(&self.terms, pool);
