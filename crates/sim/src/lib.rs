@@ -4,6 +4,10 @@
 //! type, capacity type and zone, the pods on each, $/h) and which pods it would leave Pending,
 //! and why.
 //!
+//! Owns the provisioning simulation: queue, NodeClaims, limits, relaxation, launch choice and the
+//! plan. Must not do I/O or use threads, and must not restate Karpenter's requirement, toleration
+//! or label semantics: those come from `kk-karpenter` (re-exported as [`req`] and [`labels`]).
+//!
 //! Pure and deterministic: no I/O, no threads; the same input gives the same plan, byte for byte.
 //!
 //! ```no_run

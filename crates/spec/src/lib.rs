@@ -1,5 +1,8 @@
 //! The `ElasticCluster` spec: types, defaults, loading with positions, validation.
 //!
+//! Owns the ElasticCluster document: its types, defaults and located validation. Must not read
+//! files, render artifacts, or restate Karpenter's label rules (it asks `kk-karpenter`).
+//!
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
