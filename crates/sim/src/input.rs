@@ -3,7 +3,6 @@
 //! and the field.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -44,31 +43,8 @@ impl SourceFile {
     }
 }
 
-/// A problem in an input file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputError {
-    pub file: String,
-    pub pos: Option<Pos>,
-    /// The field path (`spec.template.spec.containers[0].resources.requests.cpu`); empty for the
-    /// whole document or file.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(pos) = self.pos {
-            write!(f, ":{pos}")?;
-        }
-        if !self.field.is_empty() {
-            write!(f, ": {}", self.field)?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for InputError {}
+/// A problem in an input file, at file:line:col and field.
+pub type InputError = kk_model::LocatedError;
 
 /// How to read the inputs.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -48,7 +48,7 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors
                 .iter()
-                .map(|e| format!("{}: {}", e.path, e.message))
+                .map(|e| format!("{}: {}", e.field, e.message))
                 .collect(),
         }
     }
