@@ -139,7 +139,7 @@ impl PoolLabels {
             }
         }
         known.insert(
-            "karpenter.sh/nodepool".into(),
+            labels::NODEPOOL.into(),
             LabelValues::OneOf(BTreeSet::from([name.clone()])),
         );
         Self { pool: name, known }

@@ -1,5 +1,6 @@
 //! KK005: a GPU pool's `nvidia.com/gpu` limit must count the replicas time-slicing advertises.
 
+use kk_karpenter::labels::INSTANCE_GPU_COUNT;
 use std::collections::BTreeSet;
 
 use kk_model::FieldPath;
@@ -15,7 +16,6 @@ use crate::registry::{Rule, RuleMeta};
 use crate::sched;
 
 const GPU: &str = "nvidia.com/gpu";
-const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
 /// The node label with which the GPU Operator picks one config of a multi-config ConfigMap.
 const CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
 /// Bounds on the device plugin configs parsed out of ConfigMap values (real ones are a few
@@ -206,7 +206,7 @@ fn gpus_per_node(view: &NodePoolView<'_>) -> Option<u64> {
         .spec
         .requirements
         .iter()
-        .filter(|r| r.key == GPU_COUNT && r.operator == "In")
+        .filter(|r| r.key == INSTANCE_GPU_COUNT && r.operator == "In")
         .flat_map(|r| r.values.iter())
         .filter_map(|v| v.trim().parse::<u64>().ok())
         .filter(|n| *n > 0)

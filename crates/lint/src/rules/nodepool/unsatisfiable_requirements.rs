@@ -1,6 +1,7 @@
 //! KK016: NodePool requirements that no instance type of the EC2 catalog satisfies, and
 //! instance types or families the catalog does not know.
 
+use kk_karpenter::labels::{INSTANCE_FAMILY, INSTANCE_TYPE};
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
@@ -73,9 +74,6 @@ pub const META: RuleMeta = RuleMeta {
 };
 
 pub struct UnsatisfiableRequirements;
-
-const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
 
 /// Label keys the catalog carries on some type. `kubernetes.io/os` is left out: the catalog is
 /// the Linux (AL2023) view, while Karpenter labels types by the node class's AMI family.

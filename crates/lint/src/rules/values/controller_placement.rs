@@ -1,6 +1,7 @@
 //! KK001: the Karpenter controller runs on Kubean's infra nodes, and no NodePool launches nodes
 //! that pass for infra, control-plane or etcd nodes.
 
+use kk_karpenter::labels::NODEPOOL;
 use kk_model::FieldPath;
 use serde_json::{Value, json};
 
@@ -15,7 +16,6 @@ pub const INFRA_LABEL: &str = "node-role.kubernetes.io/infra";
 const ROLE_DOMAIN: &str = "node-role.kubernetes.io/";
 /// Role labels a Karpenter node may carry: a plain worker role claims nothing Kubean owns.
 const WORKER_ROLES: &[&str] = &["worker"];
-const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
 
 pub const DOC: &str = r#"
 ## What
@@ -137,9 +137,7 @@ impl<'a> Controller<'a> {
         let (terms, terms_from_values) = match user_terms(v) {
             Some(terms) => (terms, true),
             None => (
-                vec![
-                    json!({"matchExpressions": [{"key": NODEPOOL_LABEL, "operator": "DoesNotExist"}]}),
-                ],
+                vec![json!({"matchExpressions": [{"key": NODEPOOL, "operator": "DoesNotExist"}]})],
                 false,
             ),
         };
