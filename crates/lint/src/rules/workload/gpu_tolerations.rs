@@ -176,13 +176,11 @@ impl GpuPool<'_, '_> {
     }
 
     fn tolerated_by(&self, tolerations: &[Toleration]) -> bool {
-        self.taints.iter().all(|t| sched::tolerated(t, tolerations))
+        self.untolerated(tolerations).next().is_none()
     }
 
     fn untolerated<'t>(&'t self, tolerations: &'t [Toleration]) -> impl Iterator<Item = &'t Taint> {
-        self.taints
-            .iter()
-            .filter(move |t| !sched::tolerated(t, tolerations))
+        kk_karpenter::taint::untolerated_hard(&self.taints, tolerations)
     }
 }
 
