@@ -1,6 +1,10 @@
 //! The EC2 instance-type catalog Karpenter schedules against, as pure data: labels, offerings
 //! with prices, capacity and allocatable resources.
 //!
+//! Owns the EC2 instance-type data, offerings, prices and Karpenter's allocatable formulas.
+//! Must not read data at run time, make scheduling decisions (sim) or keep its own list of
+//! label keys (it re-exports `kk-karpenter`'s).
+//!
 //! # Data
 //!
 //! The build step (`build.rs`) reads `$KK_SHARED_DIR/data/ec2/` (default `../shared` beside the

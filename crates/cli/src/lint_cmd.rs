@@ -96,7 +96,7 @@ fn load_config(explicit: Option<&Path>) -> Result<Config, Failure> {
     let name = path.display().to_string();
     let bytes = read_limited(&path, &name)?;
     let text = String::from_utf8(bytes).map_err(|_| Failure(format!("{name}: not UTF-8 text")))?;
-    Config::parse(&text, &name).map_err(Failure)
+    Config::parse(&text, &name).map_err(|e| Failure(e.to_string()))
 }
 
 /// The inputs one PATH argument stands for.

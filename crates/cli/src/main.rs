@@ -1,6 +1,9 @@
 //! `kubean-karpenter`: the command line. Arguments are parsed here, files are read and
 //! written here; everything else is the pure crates.
 //!
+//! Owns argument parsing, reading and writing files, output formats and exit codes. Must not
+//! hold domain logic; no crate depends on it.
+//!
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
 mod apply_cmd;

@@ -1,6 +1,9 @@
 //! Validates Kubernetes objects against the real Karpenter v1 (v1.14.1) and Kubean CRDs, the way
 //! the kube-apiserver does on create:
 //!
+//! Owns "would the apiserver accept this object" against the embedded CRDs. Must not read CRDs
+//! at run time, do I/O, or check anything across objects (that is lint's job).
+//!
 //! 1. `.status` is dropped when the CRD has a status subresource;
 //! 2. fields the schema does not declare are pruned (and reported as [`ViolationKind::UnknownField`],
 //!    as `kubectl --validate=strict` would);

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kk_model::LocatedError;
 use kk_model::yaml::{LoadLimits, load_documents};
 use serde_json::Value;
 
@@ -29,42 +30,53 @@ pub struct Config {
 impl Config {
     /// Reads a config file. Unknown keys and codes are errors: a typo must not silently
     /// leave a rule on.
-    pub fn parse(text: &str, file: &str) -> Result<Self, String> {
+    pub fn parse(text: &str, file: &str) -> Result<Self, LocatedError> {
         let limits = LoadLimits {
             max_bytes: 1024 * 1024,
             max_depth: 16,
             max_nodes: 10_000,
         };
-        let docs = load_documents(text, limits).map_err(|e| format!("{file}:{e}"))?;
+        let docs = load_documents(text, limits)
+            .map_err(|e| LocatedError::new(file, Some(e.pos), e.message))?;
         let mut config = Config::default();
         let Some(doc) = docs.first() else {
             return Ok(config);
         };
         let Value::Object(map) = &doc.value else {
-            return Err(format!("{file}:{}: expected a mapping", doc.start));
+            return Err(LocatedError::new(
+                file,
+                Some(doc.start),
+                "expected a mapping",
+            ));
         };
         for (key, value) in map {
             let pos = doc.key_pos(&kk_model::FieldPath::root().key(key));
             match key.as_str() {
                 "disable" => {
                     let Some(items) = value.as_array() else {
-                        return Err(format!(
-                            "{file}:{pos}: disable must be a list of rule codes"
+                        return Err(LocatedError::new(
+                            file,
+                            Some(pos),
+                            "disable must be a list of rule codes",
                         ));
                     };
                     for item in items {
                         let code = item.as_str().unwrap_or_default();
                         let Some(rule) = registry::find(code) else {
-                            return Err(format!(
-                                "{file}:{pos}: unknown rule {item} in disable (see lint --list-rules)"
+                            return Err(LocatedError::new(
+                                file,
+                                Some(pos),
+                                format!("unknown rule {item} in disable (see lint --list-rules)"),
                             ));
                         };
                         config.disable.insert(rule.code().to_owned());
                     }
                 }
                 other => {
-                    return Err(format!(
-                        "{file}:{pos}: unknown key {other:?} (supported: disable)"
+                    return Err(LocatedError::new(
+                        file,
+                        Some(pos),
+                        format!("unknown key {other:?} (supported: disable)"),
                     ));
                 }
             }

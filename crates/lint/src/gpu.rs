@@ -1,5 +1,9 @@
 //! Which NodePools launch GPU nodes, and why we think so.
 
+use kk_karpenter::labels::{
+    INSTANCE_FAMILY, INSTANCE_GPU_COUNT, INSTANCE_GPU_MANUFACTURER, INSTANCE_GPU_MEMORY,
+    INSTANCE_GPU_NAME, INSTANCE_TYPE,
+};
 use kk_model::FieldPath;
 use kk_model::karpenter::NodePool;
 
@@ -74,25 +78,20 @@ pub fn gpu_evidence(pool: &NodePool) -> Option<GpuEvidence> {
     for (i, req) in pool.spec.template.spec.requirements.iter().enumerate() {
         let values = &req.values;
         let hit = match (req.key.as_str(), req.operator.as_str()) {
-            ("karpenter.k8s.aws/instance-gpu-count", "In") => {
+            (INSTANCE_GPU_COUNT, "In") => {
                 values.iter().any(|v| v.parse::<i64>().is_ok_and(|n| n > 0))
             }
-            ("karpenter.k8s.aws/instance-gpu-count", "Gt") => values
+            (INSTANCE_GPU_COUNT, "Gt") => values
                 .iter()
                 .any(|v| v.parse::<i64>().is_ok_and(|n| n >= 0)),
-            (
-                "karpenter.k8s.aws/instance-gpu-name"
-                | "karpenter.k8s.aws/instance-gpu-manufacturer"
-                | "karpenter.k8s.aws/instance-gpu-memory",
-                "In" | "Gt",
-            ) => !values.is_empty(),
-            ("karpenter.k8s.aws/instance-family", "In") => values.iter().any(|v| is_gpu_family(v)),
+            (INSTANCE_GPU_NAME | INSTANCE_GPU_MANUFACTURER | INSTANCE_GPU_MEMORY, "In" | "Gt") => {
+                !values.is_empty()
+            }
+            (INSTANCE_FAMILY, "In") => values.iter().any(|v| is_gpu_family(v)),
             ("karpenter.k8s.aws/instance-category", "In") => {
                 values.iter().any(|v| GPU_CATEGORIES.contains(&v.as_str()))
             }
-            ("node.kubernetes.io/instance-type", "In") => {
-                values.iter().any(|v| is_gpu_family(family_of(v)))
-            }
+            (INSTANCE_TYPE, "In") => values.iter().any(|v| is_gpu_family(family_of(v))),
             _ => false,
         };
         if hit {
@@ -135,7 +134,7 @@ fn vendor(pool: &NodePool) -> GpuVendor {
             continue;
         }
         match req.key.as_str() {
-            "karpenter.k8s.aws/instance-gpu-manufacturer" => {
+            INSTANCE_GPU_MANUFACTURER => {
                 for v in &req.values {
                     seen.push(match v.as_str() {
                         "nvidia" => GpuVendor::Nvidia,
@@ -144,7 +143,7 @@ fn vendor(pool: &NodePool) -> GpuVendor {
                     });
                 }
             }
-            "karpenter.k8s.aws/instance-family" | "node.kubernetes.io/instance-type" => {
+            INSTANCE_FAMILY | INSTANCE_TYPE => {
                 for v in &req.values {
                     let family = family_of(v);
                     if AMD_FAMILIES.contains(&family) {

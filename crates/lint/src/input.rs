@@ -5,8 +5,6 @@
 //! onto the lines of the outer file, so a finding inside `hosts.yml` points at the real line.
 //! Limits on bytes, depth and values (per file and in total) keep hostile input to one error.
 
-use std::fmt;
-
 use kk_model::yaml::{Document, LoadLimits, YamlError, load_documents};
 use kk_model::{FieldPath, Pos};
 use serde_json::Value;
@@ -76,32 +74,8 @@ pub fn too_big(len: usize) -> String {
     format!("input is {len} bytes, over the limit of {MAX_FILE_BYTES} bytes")
 }
 
-/// Why the inputs could not be linted at all (exit 2).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct LoadError {
-    pub file: String,
-    pub pos: Option<Pos>,
-    pub message: String,
-}
-
-impl LoadError {
-    pub fn new(file: &str, pos: Option<Pos>, message: impl Into<String>) -> Self {
-        Self {
-            file: file.to_owned(),
-            pos,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.pos {
-            Some(pos) => write!(f, "{}:{pos}: {}", self.file, self.message),
-            None => write!(f, "{}: {}", self.file, self.message),
-        }
-    }
-}
+/// Why the inputs could not be linted at all (exit 2), at file:line:col.
+pub type LoadError = kk_model::LocatedError;
 
 /// A loaded input file: its text (for code frames) and its suppression comments.
 #[derive(Debug, Clone)]

@@ -2,6 +2,10 @@
 //! bundle) object by object and across objects, and reports each finding with a rule code,
 //! severity, object, file:line:col, message and help.
 //!
+//! Owns the rules and their diagnostics. Must not do I/O, change the objects it reads, or
+//! re-implement Karpenter's semantics: requirements, tolerations and label domains come from
+//! `kk-karpenter`.
+//!
 //! Pure: the caller reads files (see the CLI) and passes [`Input`]s; nothing here does I/O.
 //! Flow: [`input::load`] parses and classifies → [`Context::new`] indexes across objects →
 //! every enabled rule of [`registry::RULES`] runs → suppressions → sorted [`Report`].

@@ -1,101 +1,48 @@
-//! Scheduling semantics shared by rules: taints and tolerations, the labels a NodePool's nodes
-//! will carry, and whether a pod's nodeSelector / required node affinity reaches them.
+//! Scheduling questions shared by rules: the labels a NodePool's nodes will carry, whether a
+//! pod's nodeSelector / required node affinity reaches them, and which of the pool's taints a
+//! pod leaves untolerated. The semantics underneath (requirement algebra, toleration matching,
+//! label domains) are Karpenter's, from `kk-karpenter`; this module only reads objects into them
+//! and adds lint's "cannot tell".
 //!
 //! Label knowledge is three-valued on purpose: a label Karpenter or a node agent manages
 //! (`topology.kubernetes.io/zone`, `nvidia.com/gpu.present`) is "unknown", and a rule must not
 //! report on what it cannot know.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
+use kk_karpenter::{Operator, Requirement, labels};
 use kk_model::FieldPath;
 use kk_model::karpenter::NodePool;
 use serde_json::Value;
 
-/// A taint as the kubelet / Karpenter applies it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct TaintSpec {
-    pub key: String,
-    pub value: Option<String>,
-    pub effect: String,
+pub use kk_karpenter::taint::{Effect, Taint, Toleration, TolerationOp, tolerated};
+
+/// A taint of a NodePool as Karpenter applies it; `None` for an effect Kubernetes does not know
+/// (the CRD schema refuses it, and it keeps no pod off).
+pub fn taint_from_k8s(taint: &k8s_openapi::api::core::v1::Taint) -> Option<Taint> {
+    Some(Taint {
+        key: taint.key.clone(),
+        value: taint.value.clone().unwrap_or_default(),
+        effect: Effect::parse(&taint.effect).ok()?,
+    })
 }
 
-impl TaintSpec {
-    pub fn from_k8s(taint: &k8s_openapi::api::core::v1::Taint) -> Self {
-        Self {
-            key: taint.key.clone(),
-            value: taint.value.clone().filter(|v| !v.is_empty()),
-            effect: taint.effect.clone(),
-        }
-    }
-
-    /// `NoSchedule` and `NoExecute` keep untolerating pods off; `PreferNoSchedule` does not.
-    pub fn is_hard(&self) -> bool {
-        matches!(self.effect.as_str(), "NoSchedule" | "NoExecute")
-    }
+/// The taints of a NodePool's nodes (`spec.template.spec.taints`).
+pub fn pool_taints(pool: &NodePool) -> Vec<Taint> {
+    pool.spec
+        .template
+        .spec
+        .taints
+        .iter()
+        .filter_map(taint_from_k8s)
+        .collect()
 }
 
-impl fmt::Display for TaintSpec {
-    /// `key=value:Effect`, as `kubectl taint` and `--register-with-taints` write it.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.value {
-            Some(v) => write!(f, "{}={v}:{}", self.key, self.effect),
-            None => write!(f, "{}:{}", self.key, self.effect),
-        }
-    }
-}
-
-/// One entry of a pod's `tolerations`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Toleration {
-    pub key: Option<String>,
-    pub operator: Option<String>,
-    pub value: Option<String>,
-    pub effect: Option<String>,
-}
-
-impl Toleration {
-    pub fn parse(value: &Value) -> Self {
-        let text = |k: &str| {
-            value
-                .get(k)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
-        Self {
-            key: text("key"),
-            operator: text("operator"),
-            value: text("value"),
-            effect: text("effect"),
-        }
-    }
-
-    fn is_exists(&self) -> bool {
-        self.operator.as_deref() == Some("Exists")
-    }
-
-    /// The apiserver's matching: empty effect matches every effect, empty key with `Exists`
-    /// matches every key, `Equal` (the default) compares values.
-    pub fn tolerates(&self, taint: &TaintSpec) -> bool {
-        if self.effect.as_ref().is_some_and(|e| *e != taint.effect) {
-            return false;
-        }
-        match &self.key {
-            None => self.is_exists(),
-            Some(key) if *key != taint.key => false,
-            Some(_) => match self.operator.as_deref().unwrap_or("Equal") {
-                "Exists" => true,
-                "Equal" => self.value == taint.value,
-                _ => false,
-            },
-        }
-    }
-
-    /// `- operator: Exists` with no key and no effect: tolerates every taint.
-    pub fn tolerates_everything(&self) -> bool {
-        self.key.is_none() && self.is_exists() && self.effect.is_none()
-    }
+/// One entry of a pod's `tolerations` (`None` when malformed: an unknown operator or effect,
+/// which the apiserver refuses).
+pub fn toleration(value: &Value) -> Option<Toleration> {
+    let text = |k: &str| value.get(k).and_then(Value::as_str);
+    Toleration::from_fields(text("key"), text("operator"), text("value"), text("effect")).ok()
 }
 
 /// The `tolerations` of a pod spec (missing or malformed entries read as none).
@@ -103,12 +50,17 @@ pub fn tolerations(pod_spec: &Value) -> Vec<Toleration> {
     pod_spec
         .get("tolerations")
         .and_then(Value::as_array)
-        .map(|items| items.iter().map(Toleration::parse).collect())
+        .map(|items| items.iter().filter_map(toleration).collect())
         .unwrap_or_default()
 }
 
-pub fn tolerated(tolerations: &[Toleration], taint: &TaintSpec) -> bool {
-    tolerations.iter().any(|t| t.tolerates(taint))
+/// The pool's `NoSchedule`/`NoExecute` taints that `tolerations` leave untolerated: what keeps
+/// the pod off the pool's nodes for good (`PreferNoSchedule` only steers). The one place lint
+/// asks "does the pod tolerate the pool's taints".
+pub fn untolerated_taints(pool: &NodePool, tolerations: &[Toleration]) -> Vec<Taint> {
+    kk_karpenter::taint::untolerated_hard(&pool_taints(pool), tolerations)
+        .cloned()
+        .collect()
 }
 
 /// What the pool says about one label on its nodes.
@@ -124,6 +76,24 @@ pub enum LabelValues {
     Absent,
 }
 
+impl LabelValues {
+    /// What a pool's combined requirement on a key says of its nodes' label (`None`: the key's
+    /// requirements could not be read; `absent`: one of them is `DoesNotExist`).
+    fn of(req: Option<&Requirement>, absent: bool) -> LabelValues {
+        let Some(req) = req else {
+            return LabelValues::Unknown;
+        };
+        match (req.is_complement(), req.values().next().is_some()) {
+            (false, false) if absent => LabelValues::Absent,
+            (false, _) => LabelValues::OneOf(req.values().map(str::to_owned).collect()),
+            // Exists, or a Gt/Lt bound: set, value not pinned.
+            (true, false) => LabelValues::Any,
+            // NotIn alone: set or not, cannot tell.
+            (true, true) => LabelValues::Unknown,
+        }
+    }
+}
+
 /// The labels a NodePool's nodes carry: template labels, requirements, `karpenter.sh/nodepool`,
 /// and labels its userData passes to the kubelet with `--node-labels`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -135,28 +105,26 @@ pub struct PoolLabels {
 impl PoolLabels {
     pub fn of(pool: &NodePool, kubelet_labels: &BTreeMap<String, String>) -> Self {
         let name = pool.metadata.name.clone().unwrap_or_default();
-        let mut known: BTreeMap<String, LabelValues> = BTreeMap::new();
+        // Each key's requirements intersected in Karpenter's algebra (keys as written).
+        let mut combined: BTreeMap<&str, (Option<Requirement>, bool)> = BTreeMap::new();
         for req in &pool.spec.template.spec.requirements {
-            let values: BTreeSet<String> = req.values.iter().cloned().collect();
-            let current = known.remove(&req.key);
-            let next = match (req.operator.as_str(), current) {
-                ("In", Some(LabelValues::OneOf(have))) => {
-                    LabelValues::OneOf(have.intersection(&values).cloned().collect())
-                }
-                ("In", _) => LabelValues::OneOf(values),
-                ("NotIn", Some(LabelValues::OneOf(have))) => {
-                    LabelValues::OneOf(have.difference(&values).cloned().collect())
-                }
-                ("NotIn", _) => LabelValues::Unknown,
-                ("Exists" | "Gt" | "Lt", Some(LabelValues::OneOf(have))) => {
-                    LabelValues::OneOf(have)
-                }
-                ("Exists" | "Gt" | "Lt", _) => LabelValues::Any,
-                ("DoesNotExist", _) => LabelValues::Absent,
-                (_, current) => current.unwrap_or(LabelValues::Unknown),
+            let entry = combined.entry(req.key.as_str()).or_insert((None, false));
+            let parsed = Operator::parse(&req.operator)
+                .ok()
+                .and_then(|op| Some((op, Requirement::new(op, &req.values).ok()?)));
+            let Some((op, parsed)) = parsed else {
+                continue;
             };
-            known.insert(req.key.clone(), next);
+            entry.1 |= op == Operator::DoesNotExist;
+            entry.0 = Some(match entry.0.take() {
+                Some(have) => have.intersection(&parsed),
+                None => parsed,
+            });
         }
+        let mut known: BTreeMap<String, LabelValues> = combined
+            .into_iter()
+            .map(|(key, (req, absent))| (key.to_owned(), LabelValues::of(req.as_ref(), absent)))
+            .collect();
         for (key, value) in kubelet_labels {
             known
                 .entry(key.clone())
@@ -171,7 +139,7 @@ impl PoolLabels {
             }
         }
         known.insert(
-            "karpenter.sh/nodepool".into(),
+            labels::NODEPOOL.into(),
             LabelValues::OneOf(BTreeSet::from([name.clone()])),
         );
         Self { pool: name, known }
@@ -204,24 +172,14 @@ impl PoolLabels {
 /// the cloud provider's, NVIDIA GPU feature discovery's. `node-role.kubernetes.io/*` is not
 /// among them: the kubelet refuses to set it and Karpenter never does.
 pub fn is_managed_label(key: &str) -> bool {
-    let Some((domain, _)) = key.split_once('/') else {
-        return false;
-    };
-    if domain == "node-role.kubernetes.io" {
+    if labels::domain(key) == Some("node-role.kubernetes.io") {
         return false;
     }
-    [
-        "kubernetes.io",
-        "k8s.io",
-        "karpenter.sh",
-        "karpenter.k8s.aws",
-        "k8s.aws",
-        "nvidia.com",
-        "amd.com",
-        "eks.amazonaws.com",
-    ]
-    .iter()
-    .any(|d| domain == *d || domain.ends_with(&format!(".{d}")))
+    labels::KUBERNETES_DOMAINS
+        .into_iter()
+        .chain(labels::KARPENTER_DOMAINS)
+        .chain(["k8s.aws", "nvidia.com", "amd.com", "eks.amazonaws.com"])
+        .any(|d| labels::in_domain(key, d))
 }
 
 /// Whether a selector reaches the pool's nodes: every one, some, none, or cannot tell.
@@ -262,7 +220,6 @@ pub fn expression_reach(key: &str, op: &str, values: &[String], labels: &PoolLab
     let have = labels.get(key);
     let pool = &labels.pool;
     let why = || format!("NodePool {pool}'s nodes {}", labels.describe(key));
-    let wanted: BTreeSet<&str> = values.iter().map(String::as_str).collect();
     let split = |set: &BTreeSet<String>, pass: &dyn Fn(&str) -> bool| {
         let hits = set.iter().filter(|v| pass(v)).count();
         if set.is_empty() || hits == 0 {
@@ -273,26 +230,49 @@ pub fn expression_reach(key: &str, op: &str, values: &[String], labels: &PoolLab
             Reach::Partial(why())
         }
     };
-    let number = |v: &str| v.parse::<i64>().ok();
-    let bound = values.first().and_then(|v| number(v));
+    // An unknown operator or a bound that is not an integer: cannot tell.
+    let Some((op, wanted)) = Operator::parse(op)
+        .ok()
+        .and_then(|op| Some((op, Requirement::new(op, values).ok()?)))
+    else {
+        return Reach::Unknown;
+    };
     match (op, have) {
         (_, LabelValues::Unknown) => Reach::Unknown,
-        ("In", LabelValues::OneOf(set)) => split(&set, &|v| wanted.contains(v)),
-        ("In", LabelValues::Absent) => Reach::Never(why()),
-        ("NotIn", LabelValues::OneOf(set)) => split(&set, &|v| !wanted.contains(v)),
-        ("NotIn" | "DoesNotExist", LabelValues::Absent) => Reach::All,
-        ("Exists", LabelValues::OneOf(_) | LabelValues::Any) => Reach::All,
-        ("Exists", LabelValues::Absent) => Reach::Never(why()),
-        ("DoesNotExist", LabelValues::OneOf(_) | LabelValues::Any) => Reach::Never(why()),
-        ("Gt" | "Lt", LabelValues::Absent) => Reach::Never(why()),
-        ("Gt", LabelValues::OneOf(set)) if bound.is_some() => {
-            split(&set, &|v| number(v).is_some_and(|n| Some(n) > bound))
-        }
-        ("Lt", LabelValues::OneOf(set)) if bound.is_some() => {
-            split(&set, &|v| number(v).is_some_and(|n| Some(n) < bound))
-        }
-        _ => Reach::Unknown,
+        (_, LabelValues::Absent) if wanted.matches(None) => Reach::All,
+        (_, LabelValues::Absent) => Reach::Never(why()),
+        (Operator::Exists, LabelValues::OneOf(_) | LabelValues::Any) => Reach::All,
+        (Operator::DoesNotExist, LabelValues::OneOf(_) | LabelValues::Any) => Reach::Never(why()),
+        (_, LabelValues::OneOf(set)) => split(&set, &|v| wanted.has(v)),
+        (_, LabelValues::Any) => Reach::Unknown,
     }
+}
+
+/// Whether the pod spec's `nodeSelector` and required node affinity, together, reach the pool's
+/// nodes: every entry of the selector and one of the affinity terms must hold.
+pub fn placement_reach(pod_spec: &Value, labels: &PoolLabels) -> Reach {
+    let mut reach = Reach::All;
+    if let Some(Value::Object(selector)) = pod_spec.get("nodeSelector") {
+        for (key, value) in selector {
+            let value = value.as_str().map(str::to_owned).unwrap_or_default();
+            reach = reach.and(expression_reach(key, "In", &[value], labels));
+        }
+    }
+    let terms = pod_spec
+        .get("affinity")
+        .and_then(|a| a.get("nodeAffinity"))
+        .and_then(|a| a.get("requiredDuringSchedulingIgnoredDuringExecution"))
+        .and_then(|a| a.get("nodeSelectorTerms"))
+        .and_then(Value::as_array);
+    if let Some(terms) = terms
+        && let Some(any) = terms
+            .iter()
+            .map(|t| term_reach(t, labels))
+            .reduce(Reach::or)
+    {
+        reach = reach.and(any);
+    }
+    reach
 }
 
 /// Where a pod's placement constraints stop it from reaching every node of a pool.
@@ -396,25 +376,27 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn taint(key: &str, value: Option<&str>, effect: &str) -> TaintSpec {
-        TaintSpec {
-            key: key.into(),
-            value: value.map(str::to_owned),
-            effect: effect.into(),
-        }
-    }
-
     #[test]
-    fn toleration_matching_follows_the_apiserver() {
-        let gpu = taint("gpu", Some("true"), "NoSchedule");
-        let t = |v| Toleration::parse(&v);
-        assert!(t(json!({"key": "gpu", "value": "true", "effect": "NoSchedule"})).tolerates(&gpu));
-        assert!(t(json!({"key": "gpu", "operator": "Exists"})).tolerates(&gpu));
-        assert!(t(json!({"operator": "Exists"})).tolerates(&gpu));
-        assert!(!t(json!({"operator": "Exists", "effect": "NoExecute"})).tolerates(&gpu));
-        assert!(!t(json!({"key": "gpu", "value": "false"})).tolerates(&gpu));
-        assert!(!t(json!({"key": "gpu"})).tolerates(&gpu));
-        assert!(t(json!({"operator": "Exists"})).tolerates_everything());
+    fn tolerations_read_from_a_pod_spec() {
+        let gpu = Taint {
+            key: "gpu".into(),
+            value: "true".into(),
+            effect: Effect::NoSchedule,
+        };
+        let spec = json!({"tolerations": [
+            {"key": "gpu", "operator": "Exists"},
+            {"key": "x", "operator": "Near"},
+            {"operator": "Exists", "effect": "Sometimes"},
+        ]});
+        let tols = tolerations(&spec);
+        assert_eq!(tols.len(), 1, "malformed entries read as none");
+        assert!(tolerated(&gpu, &tols));
+        assert!(!tolerated(&gpu, &tolerations(&json!({}))));
+        assert!(
+            toleration(&json!({"operator": "Exists"}))
+                .unwrap()
+                .tolerates_everything()
+        );
     }
 
     fn pool(yaml: &str) -> NodePool {

@@ -1,6 +1,10 @@
 //! The network edge: building kube clients the way kubectl does, applying objects in
 //! order with server-side apply, and the apiserver's own words when it refuses one.
 //!
+//! Owns the network calls to the kube-apiserver and AWS (SSM, Secrets Manager). Must not hold
+//! domain rules — rendering, linting and planning stay in the pure crates — and must not put
+//! secrets in logs, argv or world-readable files.
+//!
 //! Everything else in the workspace is pure; this crate and the CLI do the I/O.
 
 pub mod apply;

@@ -1,5 +1,8 @@
 //! `ElasticCluster` → the bundle that replaces the runbook, one file per artifact.
 //!
+//! Owns spec → bundle: every artifact the cluster needs, as bytes keyed by path. Must not do I/O
+//! or talk to a cluster, and must not judge manifests (that is lint's job).
+//!
 //! Pure and deterministic: the same spec and CA give the same bytes. Each module renders
 //! one family of artifacts from the spec; `render` puts them in a `Bundle` keyed by path.
 

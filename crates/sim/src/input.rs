@@ -3,7 +3,6 @@
 //! and the field.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -20,7 +19,7 @@ use serde_json::Value;
 use crate::labels;
 use crate::model::{
     Effect, LabelSelector, Node, Pod, PodAffinityTerm, Policy, Pool, SelectorReq, SpreadConstraint,
-    Taint, Term, Toleration, TolerationOp,
+    Taint, Term, Toleration,
 };
 use crate::req::{Operator, Requirement, Requirements};
 use crate::solver::{Input, Options};
@@ -44,31 +43,8 @@ impl SourceFile {
     }
 }
 
-/// A problem in an input file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputError {
-    pub file: String,
-    pub pos: Option<Pos>,
-    /// The field path (`spec.template.spec.containers[0].resources.requests.cpu`); empty for the
-    /// whole document or file.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for InputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(pos) = self.pos {
-            write!(f, ":{pos}")?;
-        }
-        if !self.field.is_empty() {
-            write!(f, ": {}", self.field)?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for InputError {}
+/// A problem in an input file, at file:line:col and field.
+pub type InputError = kk_model::LocatedError;
 
 /// How to read the inputs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -430,35 +406,15 @@ fn pod_from_spec(
     let mut tolerations = Vec::new();
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
         let f = join(field, &format!("tolerations[{i}]"));
-        let operator = match t.operator.as_deref().unwrap_or("Equal") {
-            "Equal" | "" => TolerationOp::Equal,
-            "Exists" => TolerationOp::Exists,
-            "Gt" => TolerationOp::Gt,
-            "Lt" => TolerationOp::Lt,
-            other => {
-                ctx.err(
-                    &format!("{f}.operator"),
-                    format!("unknown toleration operator {other:?}"),
-                );
-                continue;
-            }
-        };
-        let effect = match t.effect.as_deref().unwrap_or("") {
-            "" => None,
-            e => match Effect::parse(e) {
-                Ok(e) => Some(e),
-                Err(msg) => {
-                    ctx.err(&format!("{f}.effect"), msg);
-                    continue;
-                }
-            },
-        };
-        tolerations.push(Toleration {
-            key: t.key.clone().unwrap_or_default(),
-            operator,
-            value: t.value.clone().unwrap_or_default(),
-            effect,
-        });
+        match Toleration::from_fields(
+            t.key.as_deref(),
+            t.operator.as_deref(),
+            t.value.as_deref(),
+            t.effect.as_deref(),
+        ) {
+            Ok(tol) => tolerations.push(tol),
+            Err(e) => ctx.err(&format!("{f}.{}", e.field), e.message),
+        }
     }
 
     let who = format!("{ns}/{name}");

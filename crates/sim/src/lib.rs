@@ -4,6 +4,10 @@
 //! type, capacity type and zone, the pods on each, $/h) and which pods it would leave Pending,
 //! and why.
 //!
+//! Owns the provisioning simulation: queue, NodeClaims, limits, relaxation, launch choice and the
+//! plan. Must not do I/O or use threads, and must not restate Karpenter's requirement, toleration
+//! or label semantics: those come from `kk-karpenter` (re-exported as [`req`] and [`labels`]).
+//!
 //! Pure and deterministic: no I/O, no threads; the same input gives the same plan, byte for byte.
 //!
 //! ```no_run
@@ -19,11 +23,13 @@
 //! [`plan`] the launch choice and the output; [`input`] reads manifests.
 
 pub mod gosort;
+/// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).
+pub use kk_karpenter::labels;
+/// The requirement algebra, from `kk-karpenter`.
+pub use kk_karpenter::req;
 pub mod input;
-pub mod labels;
 pub mod model;
 pub mod plan;
-pub mod req;
 pub mod res;
 pub mod scenario;
 pub mod solver;

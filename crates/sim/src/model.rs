@@ -1,112 +1,12 @@
 //! The simulator's own view of pods, taints, node pools and nodes: only what scheduling reads.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use kk_catalog::KubeletOverrides;
 
+pub use kk_karpenter::taint::{Effect, Taint, Toleration, TolerationOp, untolerated};
+
 use crate::req::{Operator, Requirement, Requirements};
-
-/// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Effect {
-    NoSchedule,
-    PreferNoSchedule,
-    NoExecute,
-}
-
-impl Effect {
-    pub fn parse(text: &str) -> Result<Effect, String> {
-        match text {
-            "NoSchedule" => Ok(Effect::NoSchedule),
-            "PreferNoSchedule" => Ok(Effect::PreferNoSchedule),
-            "NoExecute" => Ok(Effect::NoExecute),
-            other => Err(format!(
-                "unknown taint effect {other:?} (expected NoSchedule, PreferNoSchedule or NoExecute)"
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::NoSchedule => "NoSchedule",
-            Effect::PreferNoSchedule => "PreferNoSchedule",
-            Effect::NoExecute => "NoExecute",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    pub effect: Effect,
-}
-
-impl fmt::Display for Taint {
-    /// `key=value:Effect` (`key:Effect` without a value).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.is_empty() {
-            write!(f, "{}:{}", self.key, self.effect.as_str())
-        } else {
-            write!(f, "{}={}:{}", self.key, self.value, self.effect.as_str())
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TolerationOp {
-    Equal,
-    Exists,
-    Gt,
-    Lt,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Toleration {
-    /// Empty with `Exists`: every key.
-    pub key: String,
-    pub operator: TolerationOp,
-    pub value: String,
-    /// `None`: every effect.
-    pub effect: Option<Effect>,
-}
-
-impl Toleration {
-    /// Kubernetes' `Toleration.ToleratesTaint` (including the Gt/Lt numeric operators).
-    pub fn tolerates(&self, taint: &Taint) -> bool {
-        if self.effect.is_some_and(|e| e != taint.effect) {
-            return false;
-        }
-        if !self.key.is_empty() && self.key != taint.key {
-            return false;
-        }
-        match self.operator {
-            TolerationOp::Exists => true,
-            TolerationOp::Equal => self.value == taint.value,
-            TolerationOp::Gt | TolerationOp::Lt => {
-                match (self.value.parse::<i64>(), taint.value.parse::<i64>()) {
-                    (Ok(t), Ok(v)) => {
-                        if self.operator == TolerationOp::Gt {
-                            v > t
-                        } else {
-                            v < t
-                        }
-                    }
-                    _ => false,
-                }
-            }
-        }
-    }
-}
-
-/// The first taint of `taints` that no toleration tolerates (Karpenter checks every effect,
-/// PreferNoSchedule included; relaxation later adds a toleration for it).
-pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
-    taints
-        .iter()
-        .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
-}
 
 /// A label selector (`matchLabels` + `matchExpressions`). `None` on a term selects nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -79,10 +79,10 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Str
         }
     }
     labels.insert(
-        Cow::Borrowed("node.kubernetes.io/instance-type"),
+        Cow::Borrowed(crate::labels::INSTANCE_TYPE),
         Cow::Owned(name.clone()),
     );
-    let arch = match labels.get("kubernetes.io/arch").map(|s| s.as_ref()) {
+    let arch = match labels.get(crate::labels::ARCH).map(|s| s.as_ref()) {
         Some("arm64") => Arch::Arm64,
         _ => Arch::Amd64,
     };

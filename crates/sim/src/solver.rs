@@ -280,7 +280,7 @@ fn region_of(zone: &str) -> Option<String> {
 /// well-known AWS label it lacks as DoesNotExist, and zones/capacity types from its offerings.
 pub fn instance_requirements(it: &InstanceType) -> Requirements {
     let mut r = Requirements::new();
-    let aws = it.labels.contains_key("karpenter.k8s.aws/instance-family")
+    let aws = it.labels.contains_key(labels::INSTANCE_FAMILY)
         || it.labels.contains_key("karpenter.k8s.aws/instance-cpu");
     if aws {
         for key in labels::AWS_INSTANCE_LABELS {

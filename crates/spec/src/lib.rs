@@ -1,5 +1,8 @@
 //! The `ElasticCluster` spec: types, defaults, loading with positions, validation.
 //!
+//! Owns the ElasticCluster document: its types, defaults and located validation. Must not read
+//! files, render artifacts, or restate Karpenter's label rules (it asks `kk-karpenter`).
+//!
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
@@ -8,9 +11,10 @@ mod load;
 pub mod types;
 mod validate;
 
+pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
 pub use load::{LoadedSpec, SpecError, parse_spec};
 pub use types::*;
-pub use validate::{node_class_name, restricted_label_domain, validate};
+pub use validate::{node_class_name, validate};
 
 /// The commented example that `init` prints and `render --example` renders.
 pub const EXAMPLE: &str = include_str!("example.yaml");
@@ -44,7 +48,7 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(errors) => errors
                 .iter()
-                .map(|e| format!("{}: {}", e.path, e.message))
+                .map(|e| format!("{}: {}", e.field, e.message))
                 .collect(),
         }
     }

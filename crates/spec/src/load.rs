@@ -1,7 +1,6 @@
 //! Text → `ElasticCluster`, with every problem reported at its file:line:col.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
 use kk_model::yaml::{self, Document, LoadLimits};
 use kk_model::{FieldPath, PathSeg, Pos};
@@ -10,28 +9,8 @@ use serde_json::Value;
 use crate::types::ElasticCluster;
 use crate::validate::validate;
 
-/// One problem in a spec, located in its source.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SpecError {
-    pub file: String,
-    pub pos: Pos,
-    pub path: FieldPath,
-    pub message: String,
-}
-
-impl fmt::Display for SpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_root() {
-            write!(f, "{}:{}: {}", self.file, self.pos, self.message)
-        } else {
-            write!(
-                f,
-                "{}:{}: {}: {}",
-                self.file, self.pos, self.path, self.message
-            )
-        }
-    }
-}
+/// One problem in a spec, located in its source (always with a position).
+pub type SpecError = kk_model::LocatedError;
 
 /// A spec together with the document it was read from (for positions in later stages).
 #[derive(Debug, Clone)]
@@ -43,11 +22,8 @@ pub struct LoadedSpec {
 
 /// Parses and validates one ElasticCluster document. `file` names the source in errors.
 pub fn parse_spec(text: &str, file: &str) -> Result<LoadedSpec, Vec<SpecError>> {
-    let at = |pos: Pos, path: FieldPath, message: String| SpecError {
-        file: file.to_owned(),
-        pos,
-        path,
-        message,
+    let at = |pos: Pos, path: FieldPath, message: String| {
+        SpecError::new(file, Some(pos), message).at_field(path.to_string())
     };
     let docs = yaml::load_documents(text, LoadLimits::default())
         .map_err(|e| vec![at(e.pos, FieldPath::root(), e.message)])?;
@@ -92,7 +68,8 @@ pub fn parse_spec(text: &str, file: &str) -> Result<LoadedSpec, Vec<SpecError>> 
             file: file.to_owned(),
         })
     } else {
-        errors.sort();
+        // By position, then by field path segment by segment (not as text).
+        errors.sort_by_cached_key(|e| (e.pos, FieldPath::parse(&e.field), e.message.clone()));
         errors.dedup();
         Err(errors)
     }

@@ -771,7 +771,7 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
         if !is_qualified_name(key) {
             p.push((at.clone(), format!("{key:?} is not a valid label key")));
         }
-        if let Some(domain) = restricted_label_domain(key) {
+        if let Some(domain) = kk_karpenter::labels::reserved_domain(key) {
             p.push((
                 at.clone(),
                 format!("labels under {domain} cannot be set by a pool (reserved for Kubernetes, Karpenter or the node's role)"),
@@ -1087,21 +1087,4 @@ fn is_qualified_name(key: &str) -> bool {
         None => (None, key),
     };
     LABEL_NAME.is_match(name) && prefix.is_none_or(|p| p.len() <= 253 && DNS_SUBDOMAIN.is_match(p))
-}
-
-/// Label domains a pool must not claim: Kubernetes' own (the kubelet cannot set them),
-/// Karpenter's, and node roles (a pool must never pose as control plane, etcd or infra).
-pub fn restricted_label_domain(key: &str) -> Option<&'static str> {
-    let domain = key.rsplit_once('/').map(|(d, _)| d)?;
-    for restricted in [
-        "kubernetes.io",
-        "k8s.io",
-        "karpenter.sh",
-        "karpenter.k8s.aws",
-    ] {
-        if domain == restricted || domain.ends_with(&format!(".{restricted}")) {
-            return Some(restricted);
-        }
-    }
-    None
 }

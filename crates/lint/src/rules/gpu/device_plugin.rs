@@ -6,7 +6,7 @@ use crate::context::{Context, NodePoolView, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, Reach, TaintSpec};
+use crate::sched::{self, Reach};
 
 pub const DOC: &str = r#"
 ## What
@@ -146,16 +146,7 @@ impl Rule for DevicePluginMismatch {
 fn problems(plugin: &WorkloadView<'_>, pool: &NodePoolView<'_>) -> Vec<Problem> {
     let mut found = Vec::new();
     let tolerations = sched::tolerations(plugin.pod_spec);
-    let untolerated: Vec<TaintSpec> = pool
-        .pool
-        .spec
-        .template
-        .spec
-        .taints
-        .iter()
-        .map(TaintSpec::from_k8s)
-        .filter(|t| t.is_hard() && !sched::tolerated(&tolerations, t))
-        .collect();
+    let untolerated = sched::untolerated_taints(&pool.pool, &tolerations);
     if !untolerated.is_empty() {
         let shown: Vec<String> = untolerated.iter().map(ToString::to_string).collect();
         let has_list = plugin.pod_spec.get("tolerations").is_some();

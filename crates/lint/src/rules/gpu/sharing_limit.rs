@@ -1,5 +1,6 @@
 //! KK005: a GPU pool's `nvidia.com/gpu` limit must count the replicas time-slicing advertises.
 
+use kk_karpenter::labels::INSTANCE_GPU_COUNT;
 use std::collections::BTreeSet;
 
 use kk_model::FieldPath;
@@ -12,10 +13,9 @@ use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::input::{Class, Object};
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, TaintSpec};
+use crate::sched;
 
 const GPU: &str = "nvidia.com/gpu";
-const GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
 /// The node label with which the GPU Operator picks one config of a multi-config ConfigMap.
 const CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
 /// Bounds on the device plugin configs parsed out of ConfigMap values (real ones are a few
@@ -152,15 +152,7 @@ fn mounts(plugin: &WorkloadView<'_>, config: &Sharing) -> bool {
 /// Whether the device plugin runs on every node of the pool (or it cannot be told).
 fn runs_on(plugin: &WorkloadView<'_>, pool: &NodePoolView<'_>) -> bool {
     let tolerations = sched::tolerations(plugin.pod_spec);
-    let tolerated = pool
-        .pool
-        .spec
-        .template
-        .spec
-        .taints
-        .iter()
-        .map(TaintSpec::from_k8s)
-        .all(|t| !t.is_hard() || sched::tolerated(&tolerations, &t));
+    let tolerated = sched::untolerated_taints(&pool.pool, &tolerations).is_empty();
     tolerated
         && sched::placement_miss(plugin.pod_spec, &plugin.pod_spec_path, &pool.labels).is_none()
 }
@@ -214,7 +206,7 @@ fn gpus_per_node(view: &NodePoolView<'_>) -> Option<u64> {
         .spec
         .requirements
         .iter()
-        .filter(|r| r.key == GPU_COUNT && r.operator == "In")
+        .filter(|r| r.key == INSTANCE_GPU_COUNT && r.operator == "In")
         .flat_map(|r| r.values.iter())
         .filter_map(|v| v.trim().parse::<u64>().ok())
         .filter(|n| *n > 0)

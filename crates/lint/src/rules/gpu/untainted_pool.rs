@@ -5,7 +5,7 @@ use kk_model::FieldPath;
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::TaintSpec;
+use crate::sched::{self, Taint};
 
 pub const DOC: &str = r#"
 ## What
@@ -68,16 +68,8 @@ impl Rule for GpuPoolUntainted {
 
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>) {
         for view in ctx.gpu_pools() {
-            let taints: Vec<TaintSpec> = view
-                .pool
-                .spec
-                .template
-                .spec
-                .taints
-                .iter()
-                .map(TaintSpec::from_k8s)
-                .collect();
-            if taints.iter().any(TaintSpec::is_hard) {
+            let taints = sched::pool_taints(&view.pool);
+            if taints.iter().any(Taint::is_hard) {
                 continue;
             }
             let why = view

@@ -1,5 +1,6 @@
 //! KK013: a NodePool that may launch spot instances needs more than a handful of instance types.
 
+use kk_karpenter::labels::{CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_TYPE};
 use std::collections::BTreeSet;
 
 use kk_model::FieldPath;
@@ -15,9 +16,6 @@ use crate::registry::{Rule, RuleMeta};
 /// want more.
 pub const MIN_SPOT_INSTANCE_TYPES: usize = 4;
 
-const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-const FAMILY: &str = "karpenter.k8s.aws/instance-family";
 const SIZE: &str = "karpenter.k8s.aws/instance-size";
 
 pub const DOC: &str = r#"
@@ -126,7 +124,7 @@ fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>) -> Option<Diagnostic> 
         )
         .with_help(format!(
             "allow at least {MIN_SPOT_INSTANCE_TYPES} instance types (more families and sizes) and \
-             set minValues on the widest requirement, e.g. minValues: 2 on {FAMILY}"
+             set minValues on the widest requirement, e.g. minValues: 2 on {INSTANCE_FAMILY}"
         )),
     )
 }
@@ -178,11 +176,12 @@ fn not_in_values(reqs: &[NodeSelectorRequirement], key: &str) -> BTreeSet<String
 /// `None` when the requirements do not bound the set by name.
 fn allowed_types(reqs: &[NodeSelectorRequirement]) -> Option<(BTreeSet<String>, usize)> {
     if reqs.iter().any(|r| {
-        [INSTANCE_TYPE, FAMILY, SIZE].contains(&r.key.as_str()) && r.operator == "DoesNotExist"
+        [INSTANCE_TYPE, INSTANCE_FAMILY, SIZE].contains(&r.key.as_str())
+            && r.operator == "DoesNotExist"
     }) {
         return None;
     }
-    let families = in_values(reqs, FAMILY);
+    let families = in_values(reqs, INSTANCE_FAMILY);
     let sizes = in_values(reqs, SIZE);
     let (candidates, at) = match (in_values(reqs, INSTANCE_TYPE), &families, &sizes) {
         (Some(types), _, _) => types,
@@ -196,7 +195,7 @@ fn allowed_types(reqs: &[NodeSelectorRequirement]) -> Option<(BTreeSet<String>, 
         _ => return None,
     };
     let no_types = not_in_values(reqs, INSTANCE_TYPE);
-    let no_families = not_in_values(reqs, FAMILY);
+    let no_families = not_in_values(reqs, INSTANCE_FAMILY);
     let no_sizes = not_in_values(reqs, SIZE);
     let types = candidates
         .into_iter()
@@ -232,7 +231,7 @@ mod tests {
         let named = [req(INSTANCE_TYPE, "In", &["g5.xlarge", "g6.xlarge"])];
         assert_eq!(allowed_types(&named).unwrap().0.len(), 2);
         let product = [
-            req(FAMILY, "In", &["g5", "g6"]),
+            req(INSTANCE_FAMILY, "In", &["g5", "g6"]),
             req(SIZE, "In", &["xlarge", "2xlarge"]),
             req(INSTANCE_TYPE, "NotIn", &["g5.2xlarge"]),
         ];
@@ -245,10 +244,10 @@ mod tests {
                 "In",
                 &["g5.xlarge", "g6.xlarge", "m6i.large"],
             ),
-            req(FAMILY, "In", &["g5", "g6"]),
+            req(INSTANCE_FAMILY, "In", &["g5", "g6"]),
         ];
         assert_eq!(allowed_types(&narrowed).unwrap().0.len(), 2);
-        assert!(allowed_types(&[req(FAMILY, "In", &["g6"])]).is_none());
+        assert!(allowed_types(&[req(INSTANCE_FAMILY, "In", &["g6"])]).is_none());
     }
 
     #[test]

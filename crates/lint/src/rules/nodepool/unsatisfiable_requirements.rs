@@ -1,10 +1,12 @@
 //! KK016: NodePool requirements that no instance type of the EC2 catalog satisfies, and
 //! instance types or families the catalog does not know.
 
+use kk_karpenter::labels::{INSTANCE_FAMILY, INSTANCE_TYPE};
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
 
 use kk_catalog::{InstanceType, catalog};
+use kk_karpenter::{Operator, Requirement};
 use kk_model::FieldPath;
 use kk_model::karpenter::NodeSelectorRequirement;
 
@@ -73,9 +75,6 @@ pub const META: RuleMeta = RuleMeta {
 
 pub struct UnsatisfiableRequirements;
 
-const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
-
 /// Label keys the catalog carries on some type. `kubernetes.io/os` is left out: the catalog is
 /// the Linux (AL2023) view, while Karpenter labels types by the node class's AMI family.
 static KNOWN_KEYS: LazyLock<BTreeSet<&'static str>> = LazyLock::new(|| {
@@ -103,31 +102,26 @@ fn requirements_path() -> FieldPath {
     FieldPath::parse("spec.template.spec.requirements")
 }
 
-/// How one requirement judges one type: `None` when the requirement cannot be evaluated (an
-/// unknown operator, a `Gt` bound that is not an integer).
-fn evaluable(req: &NodeSelectorRequirement) -> bool {
-    match req.operator.as_str() {
-        "In" | "NotIn" | "Exists" | "DoesNotExist" => true,
-        "Gt" | "Lt" | "Gte" | "Lte" => req.values.first().is_some_and(|v| v.parse::<i64>().is_ok()),
-        _ => false,
-    }
+/// The requirement in Karpenter's algebra; `None` when it cannot be evaluated (an unknown
+/// operator, a `Gt` bound that is not an integer).
+fn requirement(req: &NodeSelectorRequirement) -> Option<Requirement> {
+    let op = Operator::parse(&req.operator).ok()?;
+    Requirement::new(op, &req.values).ok()
 }
 
+fn evaluable(req: &NodeSelectorRequirement) -> bool {
+    requirement(req).is_some()
+}
+
+/// Whether the instance types `req` allows include `t` (an unevaluable requirement allows all).
+fn matcher(req: &NodeSelectorRequirement) -> impl Fn(&InstanceType) -> bool + '_ {
+    let parsed = requirement(req);
+    move |t| parsed.as_ref().is_none_or(|r| r.matches(t.label(&req.key)))
+}
+
+#[cfg(test)]
 fn satisfies(t: &InstanceType, req: &NodeSelectorRequirement) -> bool {
-    let value = t.label(&req.key);
-    let number = || value.and_then(|v| v.parse::<i64>().ok());
-    let bound = || req.values.first().and_then(|v| v.parse::<i64>().ok());
-    match req.operator.as_str() {
-        "In" => value.is_some_and(|v| req.values.iter().any(|w| w == v)),
-        "NotIn" => value.is_none_or(|v| !req.values.iter().any(|w| w == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((number(), bound()), (Some(n), Some(b)) if n > b),
-        "Lt" => matches!((number(), bound()), (Some(n), Some(b)) if n < b),
-        "Gte" => matches!((number(), bound()), (Some(n), Some(b)) if n >= b),
-        "Lte" => matches!((number(), bound()), (Some(n), Some(b)) if n <= b),
-        _ => true,
-    }
+    matcher(req)(t)
 }
 
 fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>, out: &mut Vec<Diagnostic>) {
@@ -187,7 +181,8 @@ fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>, out: &mut Vec<Diagnost
         if !considered(req) {
             continue;
         }
-        let next: Vec<&InstanceType> = left.iter().copied().filter(|t| satisfies(t, req)).collect();
+        let allows = matcher(req);
+        let next: Vec<&InstanceType> = left.iter().copied().filter(|t| allows(t)).collect();
         if next.is_empty() {
             if all_unknown[i] {
                 // The unknown-value findings above already name the culprit.
@@ -278,11 +273,8 @@ fn short(key: &str) -> &str {
 /// that do are ruled out by an earlier requirement (the one at which they run out).
 fn why_empty(before: &[NodeSelectorRequirement], req: &NodeSelectorRequirement) -> String {
     let catalog = catalog();
-    let mut fitting: Vec<&InstanceType> = catalog
-        .types()
-        .iter()
-        .filter(|t| satisfies(t, req))
-        .collect();
+    let mut fitting: Vec<&InstanceType> =
+        catalog.types().iter().filter(|t| matcher(req)(t)).collect();
     if fitting.is_empty() {
         let values: BTreeSet<&str> = catalog
             .types()
@@ -306,7 +298,7 @@ fn why_empty(before: &[NodeSelectorRequirement], req: &NodeSelectorRequirement) 
         let next: Vec<&InstanceType> = fitting
             .iter()
             .copied()
-            .filter(|t| satisfies(t, earlier))
+            .filter(|t| matcher(earlier)(t))
             .collect();
         if next.is_empty() {
             let values: BTreeSet<&str> = fitting

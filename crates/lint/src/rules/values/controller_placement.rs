@@ -1,6 +1,7 @@
 //! KK001: the Karpenter controller runs on Kubean's infra nodes, and no NodePool launches nodes
 //! that pass for infra, control-plane or etcd nodes.
 
+use kk_karpenter::labels::NODEPOOL;
 use kk_model::FieldPath;
 use serde_json::{Value, json};
 
@@ -8,14 +9,13 @@ use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Object;
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, Reach, TaintSpec};
+use crate::sched::{self, Reach};
 
 /// The label Kubespray puts on Kubean's infra workers (`node_labels`), which host Karpenter.
 pub const INFRA_LABEL: &str = "node-role.kubernetes.io/infra";
 const ROLE_DOMAIN: &str = "node-role.kubernetes.io/";
 /// Role labels a Karpenter node may carry: a plain worker role claims nothing Kubean owns.
 const WORKER_ROLES: &[&str] = &["worker"];
-const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
 
 pub const DOC: &str = r#"
 ## What
@@ -137,9 +137,7 @@ impl<'a> Controller<'a> {
         let (terms, terms_from_values) = match user_terms(v) {
             Some(terms) => (terms, true),
             None => (
-                vec![
-                    json!({"matchExpressions": [{"key": NODEPOOL_LABEL, "operator": "DoesNotExist"}]}),
-                ],
+                vec![json!({"matchExpressions": [{"key": NODEPOOL, "operator": "DoesNotExist"}]})],
                 false,
             ),
         };
@@ -164,16 +162,7 @@ impl<'a> Controller<'a> {
     /// effect, and the pool's hard taints against the controller's tolerations.
     fn lands_on(&self, pool: &NodePoolView<'_>) -> bool {
         let tolerations = sched::tolerations(&self.pod);
-        let blocked = pool
-            .pool
-            .spec
-            .template
-            .spec
-            .taints
-            .iter()
-            .map(TaintSpec::from_k8s)
-            .any(|t| t.is_hard() && !sched::tolerated(&tolerations, &t));
-        if blocked {
+        if !sched::untolerated_taints(&pool.pool, &tolerations).is_empty() {
             return false;
         }
         let affinity = any_term(&self.terms, pool);

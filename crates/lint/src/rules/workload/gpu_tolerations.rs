@@ -8,7 +8,7 @@ use crate::context::{Context, NodePoolView, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::registry::{Rule, RuleMeta};
-use crate::sched::{self, Reach, TaintSpec, Toleration};
+use crate::sched::{self, Reach, Taint, Toleration, TolerationOp};
 
 pub const DOC: &str = r#"
 ## What
@@ -155,9 +155,9 @@ fn extended_resource_toleration(ctx: &Context<'_>) -> Option<Toleration> {
             })
     });
     enabled.then(|| Toleration {
-        key: Some("nvidia.com/gpu".into()),
-        operator: Some("Exists".into()),
-        value: None,
+        key: "nvidia.com/gpu".into(),
+        operator: TolerationOp::Exists,
+        value: String::new(),
         effect: None,
     })
 }
@@ -165,7 +165,7 @@ fn extended_resource_toleration(ctx: &Context<'_>) -> Option<Toleration> {
 /// A GPU pool with its `NoSchedule`/`NoExecute` taints, worked out once per run.
 struct GpuPool<'p, 'a> {
     view: &'p NodePoolView<'a>,
-    taints: Vec<TaintSpec>,
+    taints: Vec<Taint>,
     /// Not an AMD pool: nodes that advertise `nvidia.com/gpu`.
     nvidia: bool,
 }
@@ -176,16 +176,11 @@ impl GpuPool<'_, '_> {
     }
 
     fn tolerated_by(&self, tolerations: &[Toleration]) -> bool {
-        self.taints.iter().all(|t| sched::tolerated(tolerations, t))
+        self.untolerated(tolerations).next().is_none()
     }
 
-    fn untolerated<'t>(
-        &'t self,
-        tolerations: &'t [Toleration],
-    ) -> impl Iterator<Item = &'t TaintSpec> {
-        self.taints
-            .iter()
-            .filter(move |t| !sched::tolerated(tolerations, t))
+    fn untolerated<'t>(&'t self, tolerations: &'t [Toleration]) -> impl Iterator<Item = &'t Taint> {
+        kk_karpenter::taint::untolerated_hard(&self.taints, tolerations)
     }
 }
 
@@ -228,15 +223,10 @@ fn is_positive(value: &Value) -> bool {
     }
 }
 
-fn hard_taints(pool: &NodePoolView<'_>) -> Vec<TaintSpec> {
-    pool.pool
-        .spec
-        .template
-        .spec
-        .taints
-        .iter()
-        .map(TaintSpec::from_k8s)
-        .filter(TaintSpec::is_hard)
+fn hard_taints(pool: &NodePoolView<'_>) -> Vec<Taint> {
+    sched::pool_taints(&pool.pool)
+        .into_iter()
+        .filter(Taint::is_hard)
         .collect()
 }
 
@@ -296,14 +286,10 @@ fn gpu_workload(
             request.clone()
         };
         let help = match nvidia[0].untolerated(tolerations).next() {
-            Some(TaintSpec {
-                key,
-                value: Some(value),
-                effect,
-            }) => format!(
+            Some(Taint { key, value, effect }) if !value.is_empty() => format!(
                 "add to tolerations: {{key: {key}, operator: Equal, value: {value:?}, effect: {effect}}}"
             ),
-            Some(TaintSpec { key, effect, .. }) => {
+            Some(Taint { key, effect, .. }) => {
                 format!("add to tolerations: {{key: {key}, operator: Exists, effect: {effect}}}")
             }
             None => "tolerate the taints of a GPU NodePool".to_owned(),
@@ -369,9 +355,17 @@ fn tolerates_all(
     pools: &[GpuPool<'_, '_>],
     out: &mut Vec<Diagnostic>,
 ) {
-    let Some(wildcard) = tolerations
-        .iter()
-        .position(|t| t.key.is_none() && t.operator.as_deref() == Some("Exists"))
+    // Index into the tolerations as written (a malformed entry keeps its place).
+    let Some(wildcard) = workload
+        .pod_spec
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .and_then(|items| {
+            items.iter().position(|v| {
+                sched::toleration(v)
+                    .is_some_and(|t| t.key.is_empty() && t.operator == TolerationOp::Exists)
+            })
+        })
     else {
         return;
     };

@@ -45,7 +45,7 @@ impl Operator {
             "Lte" => Operator::Lte,
             other => {
                 return Err(format!(
-                    "unsupported operator {other:?} (expected In, NotIn, Exists, DoesNotExist, Gt or Lt)"
+                    "unsupported operator {other:?} (expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)"
                 ));
             }
         })
@@ -231,6 +231,16 @@ impl Requirement {
     /// Whether `value` is allowed.
     pub fn has(&self, value: &str) -> bool {
         within(value, self.gte, self.lte) && (self.values.contains(value) != self.complement)
+    }
+
+    /// Whether a node whose label is `value` (`None`: the node has no such label) satisfies
+    /// this requirement, as Kubernetes evaluates a node selector requirement: only `NotIn` and
+    /// `DoesNotExist` hold on a node without the label.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        match value {
+            Some(v) => self.has(v),
+            None => self.is_negative(),
+        }
     }
 
     /// The set intersection.
@@ -589,6 +599,21 @@ mod tests {
             r(Operator::Gt, &[&i64::MAX.to_string()]),
             Requirement::does_not_exist()
         );
+    }
+
+    #[test]
+    fn matches_a_node_label() {
+        assert!(r(Operator::In, &["a"]).matches(Some("a")));
+        assert!(!r(Operator::In, &["a"]).matches(None));
+        assert!(r(Operator::NotIn, &["a"]).matches(None));
+        assert!(!r(Operator::NotIn, &["a"]).matches(Some("a")));
+        assert!(r(Operator::DoesNotExist, &[]).matches(None));
+        assert!(!r(Operator::DoesNotExist, &[]).matches(Some("a")));
+        assert!(!r(Operator::Exists, &[]).matches(None));
+        assert!(r(Operator::Gte, &["2"]).matches(Some("2")));
+        assert!(!r(Operator::Gt, &["2"]).matches(Some("2")));
+        assert!(!r(Operator::Lt, &["2"]).matches(None));
+        assert!(r(Operator::Lte, &["2"]).matches(Some("-1")));
     }
 
     #[test]
