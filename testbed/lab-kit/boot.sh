@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Boots one emulated EC2 instance of the lab (test tooling). Runs as pid 1 of its own
 # mount and UTS namespaces, inside the instance's network namespace (node_runner.py made
-# both). Gives the instance its own /etc, /var, /run and /tmp (overlays on the host's,
-# changes kept under NODE/), the AMI profile's programs under /opt/kk-ami, a fake IMDS on
+# both). Gives the instance its own /etc and /var (overlays on the host's, changes kept
+# under NODE/) and /run, the AMI profile's programs under /opt/kk-ami, a fake IMDS on
 # 169.254.169.254, then runs the instance's real userData with bash, as cloud-init would,
 # and stays up (holding the namespaces) until the runner stops it.
 #
@@ -14,20 +14,30 @@ kit="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 profile="$(cat "$node/profile")"
 # shellcheck disable=SC1090
 source "$kit/profiles/$profile.env"
+api_port_blocked=false
+if [[ -n "${KK_LAB_FAULTS:-}" && -e "$KK_LAB_FAULTS/api-port-blocked" ]]; then
+  api_port_blocked=true
+fi
 
+# The repository (kit and NODE) may live anywhere, /var included: everything the instance
+# reads from it is copied now and every log it writes there is opened now, before the
+# mounts below can hide it.
 mount --make-rprivate /
+mkdir -p /opt/kk-ami
+mount -t tmpfs -o mode=755 tmpfs /opt/kk-ami
+mkdir -p /opt/kk-ami/bin /opt/kk-ami/units /opt/kk-ami/kit /opt/kk-ami/instance
+cp -r "$kit/ami/units/." /opt/kk-ami/units/
+cp -r "$kit/ami/bin" "$kit/imds.py" /opt/kk-ami/kit/
+cp "$node/instance.json" "$node/hardware.json" "$node/user-data" /opt/kk-ami/instance/
+exec 3>>"$node/console.log" 4>>"$node/imds.log" 5>>"$node/boot.log" 6>"$node/user-data.rc"
 for d in etc var; do
   mkdir -p "$node/$d.up" "$node/$d.work"
   mount -t overlay overlay -o "lowerdir=/$d,upperdir=$node/$d.up,workdir=$node/$d.work" "/$d"
 done
 mount -t tmpfs -o mode=755 tmpfs /run
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mkdir -p /opt/kk-ami
-mount -t tmpfs -o mode=755 tmpfs /opt/kk-ami
-mkdir -p /opt/kk-ami/bin /opt/kk-ami/units /etc/kk-lab
-cp -r "$kit/ami/units/." /opt/kk-ami/units/
-cp "$node/hardware.json" /etc/kk-lab/hardware.json
-cp "$kit/ami/bin/systemctl" /opt/kk-ami/bin/
+mkdir -p /etc/kk-lab
+cp /opt/kk-ami/instance/hardware.json /etc/kk-lab/hardware.json
+cp /opt/kk-ami/kit/bin/systemctl /opt/kk-ami/bin/
 # Only what the image ships: a userData that needs what this AMI lacks fails as on AWS.
 for b in $KK_AMI_BINARIES; do
   case "$b" in
@@ -43,14 +53,14 @@ for b in $KK_AMI_BINARIES; do
       ;;
     aws) ln -s "$KK_LAB_AWS" /opt/kk-ami/bin/aws ;;
     crictl) ln -s "$KK_LAB_CRICTL" /opt/kk-ami/bin/crictl ;;
-    *) cp "$kit/ami/bin/$b" /opt/kk-ami/bin/ ;;
+    *) cp "/opt/kk-ami/kit/bin/$b" /opt/kk-ami/bin/ ;;
   esac
 done
 chmod +x /opt/kk-ami/bin/*
 
 # No DNS server: the instance resolves its own names and the API server's from /etc/hosts,
 # and a lookup of anything else fails at once instead of leaving the lab.
-read -r private_ip private_dns instance_id < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["privateIp"], d["privateDnsName"], d["instanceId"])' "$node/instance.json")
+read -r private_ip private_dns instance_id < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["privateIp"], d["privateDnsName"], d["instanceId"])' /opt/kk-ami/instance/instance.json)
 echo "nameserver 127.0.0.1" >/etc/resolv.conf
 {
   echo "127.0.0.1 localhost"
@@ -66,11 +76,11 @@ ip addr add 169.254.169.254/32 dev lo
 
 # Seed failure point "API port blocked": the security group does not admit the API port
 # from the nodes (a test switches it on with $KK_LAB_FAULTS/api-port-blocked).
-if [[ -n "${KK_LAB_FAULTS:-}" && -e "$KK_LAB_FAULTS/api-port-blocked" ]]; then
+if $api_port_blocked; then
   iptables -A OUTPUT -p tcp -d "$KK_LAB_API_IP" --dport "${KK_LAB_API_PORT:?}" -j REJECT --reject-with tcp-reset
-  echo "boot: lab fault: TCP $KK_LAB_API_IP:$KK_LAB_API_PORT blocked" >>"$node/boot.log"
+  echo "boot: lab fault: TCP $KK_LAB_API_IP:$KK_LAB_API_PORT blocked" >&5
 fi
-python3 "$kit/imds.py" --instance "$node/instance.json" >"$node/imds.log" 2>&1 &
+python3 /opt/kk-ami/kit/imds.py --instance /opt/kk-ami/instance/instance.json >&4 2>&1 &
 # What the instance sees: a clean environment, as cloud-init has. AWS_ENDPOINT_URL points
 # the aws CLI at moto (the stand-in for AWS's own endpoints); credentials come from IMDS.
 instance_env=(env -i HOME=/root LANG=C.UTF-8
@@ -86,12 +96,12 @@ for _ in $(seq 50); do
 done
 
 # cloud-init: run the user data once, its output on the console log.
-echo "boot: running user data" >>"$node/console.log"
+echo "boot: running user data" >&3
 set +e
-"${instance_env[@]}" bash "$node/user-data" >>"$node/console.log" 2>&1
+"${instance_env[@]}" bash /opt/kk-ami/instance/user-data >&3 2>&1
 rc=$?
 set -e
-echo "boot: user data exited $rc" >>"$node/console.log"
-echo "$rc" >"$node/user-data.rc"
+echo "boot: user data exited $rc" >&3
+echo "$rc" >&6
 # Stay up while the instance runs: the runner ends this process group to halt it.
 exec sleep infinity
