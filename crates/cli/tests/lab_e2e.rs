@@ -122,11 +122,9 @@ fn follow_to_initialized(lab: &mut Lab, pool: &str) -> String {
 
 #[test]
 fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
-    let Some(mut lab) = Lab::require("seed story, CPU pool") else {
+    let Some((mut lab, _, _)) = Lab::deployed("seed story, CPU pool", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 2);
     lab.wait("inflate pods Pending (Unschedulable)", MIN, |l| {
         let pods: Vec<Pod> = l
@@ -191,11 +189,9 @@ fn seed_story_gpu_pool_runs_the_cuda_pod_once_the_device_plugin_advertises_the_g
     // container runs AND the node's containerd runs nvidia as its default runtime. The CUDA
     // sample prints nothing on the fake runtime, so "passed" means: Running on a node that
     // advertises the GPU it asked for.
-    let Some(mut lab) = Lab::require("seed story, GPU pool") else {
+    let Some((mut lab, _, _)) = Lab::deployed("seed story, GPU pool", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     let pid = follow_to_initialized(&mut lab, "workload-gpu-l4");
     let node = node_for(&lab, &pid).unwrap();
     let gpus = node
@@ -226,37 +222,41 @@ fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
     ));
 }
 
-/// The failure symptom shared by every join failure: the instance runs, the NodeClaim is
-/// Launched, the console says why, and the NodeClaim never becomes Registered.
-fn assert_never_registers(lab: &mut Lab, pool: &str, console_says: &str) {
-    let pid = lab.wait("NodeClaim Launched", MIN, |l| {
+/// Waits until the pool's NodeClaim is Launched; its provider ID.
+fn launched(lab: &mut Lab, pool: &str) -> String {
+    lab.wait("NodeClaim Launched", MIN, |l| {
         claim_of(l, pool)
             .filter(|nc| is_true(nc, "Launched"))
             .and_then(|nc| provider_id(&nc))
+    })
+}
+
+/// Asserts that no NodeClaim of the pool becomes Registered for `window`.
+fn never_registered(lab: &Lab, pool: &str, window: Duration) {
+    lab.never("the NodeClaim became Registered", window, |l| {
+        claim_of(l, pool)
+            .filter(|nc| is_true(nc, "Registered"))
+            .map(|nc| nc.metadata.name)
     });
+}
+
+/// The failure symptom shared by every join failure: the instance runs, the NodeClaim is
+/// Launched, the console says why, and the NodeClaim never becomes Registered.
+fn assert_never_registers(lab: &mut Lab, pool: &str, console_says: &str) {
+    let pid = launched(lab, pool);
     lab.wait(&format!("console says {console_says:?}"), 2 * MIN, |l| {
         l.console(&pid).contains(console_says).then_some(())
     });
-    lab.never(
-        "the NodeClaim became Registered",
-        Duration::from_secs(20),
-        |l| {
-            claim_of(l, pool)
-                .filter(|nc| is_true(nc, "Registered"))
-                .map(|nc| nc.metadata.name)
-        },
-    );
+    never_registered(lab, pool, Duration::from_secs(20));
     assert!(node_for(lab, &pid).is_none(), "no Node for {pid}");
     lab.print_phases();
 }
 
 #[test]
 fn failure_expired_token_in_the_store_leaves_the_nodeclaim_launched_and_not_registered() {
-    let Some(mut lab) = Lab::require("failure: expired token") else {
+    let Some((mut lab, _, _)) = Lab::deployed("failure: expired token", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     edit_store(
         &lab,
         "/kubean-karpenter/lab/join",
@@ -273,11 +273,9 @@ fn failure_expired_token_in_the_store_leaves_the_nodeclaim_launched_and_not_regi
 
 #[test]
 fn failure_wrong_ca_hash_fails_kubeadm_discovery_and_the_node_never_registers() {
-    let Some(mut lab) = Lab::require("failure: wrong CA hash") else {
+    let Some((mut lab, _, _)) = Lab::deployed("failure: wrong CA hash", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     let wrong = format!("sha256:{}", "0".repeat(64));
     edit_store(
         &lab,
@@ -360,11 +358,10 @@ fn failure_passrole_refused_fails_the_nodeclass_validation_and_launches_nothing(
 
 #[test]
 fn failure_device_plugin_that_does_not_tolerate_the_pool_taint_never_reaches_the_gpu_node() {
-    let Some(mut lab) = Lab::require("failure: device plugin toleration mismatch") else {
+    let Some((mut lab, _, _)) = Lab::deployed("failure: device plugin toleration mismatch", |s| s)
+    else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     // What a hand-edited plugin manifest does: tolerate only the upstream default taint.
     let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
     let patch = json!({"spec": {"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}});
@@ -468,11 +465,9 @@ fn join_mode_static_node_joins_with_the_token_in_its_user_data() {
 fn failure_api_port_blocked_from_the_nodes_leaves_the_nodeclaim_launched_and_not_registered() {
     // The security group does not admit the API port from the nodes: the lab rejects TCP to
     // the API server's port inside each new instance's network namespace.
-    let Some(mut lab) = Lab::require("failure: API port blocked") else {
+    let Some((mut lab, _, _)) = Lab::deployed("failure: API port blocked", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     std::fs::write(
         std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("api-port-blocked"),
         "",
@@ -480,25 +475,13 @@ fn failure_api_port_blocked_from_the_nodes_leaves_the_nodeclaim_launched_and_not
     .unwrap();
     lab.scale("inflate-workload-general", 1);
     let api = lab.var("KK_LAB_API_SERVER");
-    let pid = lab.wait("NodeClaim Launched", MIN, |l| {
-        claim_of(l, "workload-general")
-            .filter(|nc| is_true(nc, "Launched"))
-            .and_then(|nc| provider_id(&nc))
-    });
+    let pid = launched(&mut lab, "workload-general");
     lab.wait("the node tries to join", MIN, |l| {
         l.console(&pid)
             .contains(&format!("joining {api}"))
             .then_some(())
     });
-    lab.never(
-        "the NodeClaim became Registered",
-        Duration::from_secs(45),
-        |l| {
-            claim_of(l, "workload-general")
-                .filter(|nc| is_true(nc, "Registered"))
-                .map(|nc| nc.metadata.name)
-        },
-    );
+    never_registered(&lab, "workload-general", Duration::from_secs(45));
     assert!(
         !lab.console(&pid).contains("kubean-karpenter: joined"),
         "{}",
@@ -576,18 +559,12 @@ print(hashlib.sha256([l for l in v.splitlines() if l.startswith('KK_TOKEN=')][0]
 fn join_survives_a_token_rotation_while_the_node_boots() {
     // The node read the store and is joining when a new token replaces it there: the token it
     // holds must stay valid (superseded tokens are deleted only after the overlap).
-    let Some(mut lab) = Lab::require("token rotated while a node boots") else {
+    let Some((mut lab, spec, _)) = Lab::deployed("token rotated while a node boots", |s| s) else {
         return;
     };
-    let (spec, bundle) = lab.render(|s| s);
-    lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 1);
     let api = lab.var("KK_LAB_API_SERVER");
-    let pid = lab.wait("NodeClaim Launched", MIN, |l| {
-        claim_of(l, "workload-general")
-            .filter(|nc| is_true(nc, "Launched"))
-            .and_then(|nc| provider_id(&nc))
-    });
+    let pid = launched(&mut lab, "workload-general");
     let before = lab.aws(STORED_TOKEN_DIGEST);
     lab.wait("the node read its token and is joining", MIN, |l| {
         l.console(&pid)

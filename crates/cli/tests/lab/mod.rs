@@ -186,6 +186,17 @@ impl Lab {
         (spec, bundle)
     }
 
+    /// `require`, `render` with `edit`, then `deploy`: the lab running this test's bundle.
+    pub fn deployed(
+        test: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Option<(Lab, PathBuf, PathBuf)> {
+        let lab = Lab::require(test)?;
+        let (spec, bundle) = lab.render(edit);
+        lab.deploy(&spec, &bundle);
+        Some((lab, spec, bundle))
+    }
+
     /// Starts Karpenter and the CCM from the bundle, applies the bundle with the CLI (the lab is
     /// both the management and the new cluster), then runs the rendered rotator + CSR approver
     /// from this build's binary and waits until it has published a join token.
