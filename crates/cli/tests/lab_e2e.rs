@@ -63,6 +63,19 @@ fn unschedulable(p: &Pod) -> bool {
         })
 }
 
+/// The pods of the CPU pool's inflate Deployment (verify/), in the default namespace.
+fn inflate_pods(lab: &Lab) -> Vec<Pod> {
+    lab.pods("default")
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("inflate-"))
+        })
+        .collect()
+}
+
 fn instance_state(lab: &Lab, provider_id: &str) -> String {
     let id = provider_id.rsplit('/').next().unwrap();
     lab.aws(&format!("print(ec2.describe_instances(InstanceIds=['{id}'])['Reservations'][0]['Instances'][0]['State']['Name'])"))
@@ -127,17 +140,7 @@ fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
     };
     lab.scale("inflate-workload-general", 2);
     lab.wait("inflate pods Pending (Unschedulable)", MIN, |l| {
-        let pods: Vec<Pod> = l
-            .pods("default")
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with("inflate-")
-            })
-            .collect();
+        let pods = inflate_pods(l);
         (pods.len() == 2 && pods.iter().all(unschedulable)).then_some(())
     });
     let pid = follow_to_initialized(&mut lab, "workload-general");
@@ -153,17 +156,7 @@ fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
         "CCM labels: {labels:?}"
     );
     lab.wait("inflate pods Running on the new node", MIN, |l| {
-        let pods: Vec<Pod> = l
-            .pods("default")
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with("inflate-")
-            })
-            .collect();
+        let pods = inflate_pods(l);
         (pods.len() == 2 && pods.iter().all(running)).then_some(())
     });
 
@@ -342,15 +335,7 @@ fn failure_passrole_refused_fails_the_nodeclass_validation_and_launches_nothing(
         |l| claim_of(l, "workload-general").map(|nc| nc.metadata.name),
     );
     assert!(
-        lab.pods("default")
-            .iter()
-            .filter(|p| p
-                .metadata
-                .name
-                .as_deref()
-                .unwrap_or("")
-                .starts_with("inflate-"))
-            .all(unschedulable),
+        inflate_pods(&lab).iter().all(unschedulable),
         "the inflate pod stays Pending"
     );
     lab.print_phases();
@@ -508,17 +493,7 @@ fn lab_capacity_many_nodes() {
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", wanted * 3);
     lab.wait("all inflate pods Running", 15 * MIN, |l| {
-        let pods: Vec<Pod> = l
-            .pods("default")
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with("inflate-")
-            })
-            .collect();
+        let pods = inflate_pods(l);
         (pods.len() == (wanted * 3) as usize && pods.iter().all(running)).then_some(())
     });
     let nodes = lab.nodes().len();
