@@ -12,15 +12,14 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kk_live::apply::{ApplyOptions, apply_all};
+use k8s_openapi::api::core::v1::Node;
 use kk_live::controller::approve::{self, Decision};
 use kk_live::testbed::{Testbed, require};
 use kk_live::token::{self, NewToken, Timestamp};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const SA: &str = "system:serviceaccount:karpenter:kubean-karpenter-rotator";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -35,19 +34,6 @@ type Case<'a> = (
     bool,
     &'a str,
 );
-
-fn rendered_rotator_objects() -> Vec<(String, Value)> {
-    let cluster = kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
-        .unwrap()
-        .spec;
-    let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
-    kk_render::render(&cluster, &pem)
-        .unwrap()
-        .manifests()
-        .into_iter()
-        .filter(|(p, _)| p.starts_with("rotator/"))
-        .collect()
-}
 
 /// A PKCS#10 request from openssl: `key` is `ec` (P-256, what the kubelet makes) or `rsa`.
 fn csr_pem(subject: &str, key: &str, san: Option<&str>) -> String {
@@ -161,24 +147,7 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         return;
     };
     let admin = admin(&testbed).await;
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let ns: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": "karpenter" } })).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
-    }
-    apply_all(
-        &admin,
-        &rendered_rotator_objects(),
-        &ApplyOptions {
-            force_conflicts: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    install_rotator(&admin).await;
 
     // A token of ours, as stolen from a node's store.
     let (stolen, _) = token::create(

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kk_live::apply::{ApplyOptions, apply_all};
+use k8s_openapi::api::core::v1::Secret;
 use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
 use kk_live::store::{JoinStore, StoreKind};
 use kk_live::testbed::{Testbed, require};
@@ -30,26 +29,6 @@ fn example() -> kk_spec::ElasticCluster {
     kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
         .unwrap()
         .spec
-}
-
-/// The rendered `rotator/` objects of the example spec (cluster `demo`, namespace karpenter).
-fn rotator_objects() -> Vec<(String, Value)> {
-    let cluster = example();
-    let pem = kk_render::inline_ca_pem(&cluster)
-        .map(|r| r.unwrap())
-        .unwrap_or_else(|| std::fs::read(repo().join("fixtures/specs/pki/ca.crt")).unwrap());
-    let bundle = kk_render::render(&cluster, &pem).unwrap();
-    let objects: Vec<_> = bundle
-        .manifests()
-        .into_iter()
-        .filter(|(p, _)| p.starts_with("rotator/"))
-        .collect();
-    assert!(
-        objects
-            .iter()
-            .any(|(_, o)| o["kind"] == "ValidatingAdmissionPolicy")
-    );
-    objects
 }
 
 /// The admin's client configuration, acting as the rotator's service account.
@@ -112,24 +91,7 @@ async fn the_rotator_account_can_only_create_and_delete_its_own_tokens() {
         return;
     };
     let admin = admin(&testbed).await;
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    let ns: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": "karpenter" } })).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
-    }
-    apply_all(
-        &admin,
-        &rotator_objects(),
-        &ApplyOptions {
-            force_conflicts: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    install_rotator(&admin).await;
     let cluster = example().metadata.name;
     let rotator_config = as_rotator(&testbed).await;
     let rot = Client::try_from(rotator_config.clone()).unwrap();

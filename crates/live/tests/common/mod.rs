@@ -293,3 +293,45 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// Creates the karpenter namespace (if missing) and applies the example spec's rendered
+/// `rotator/` objects (RBAC, admission policy, Lease, Deployment), as `apply` would.
+pub async fn install_rotator(admin: &Client) {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let ns = serde_json::from_value(json!({ "metadata": { "name": "karpenter" } })).unwrap();
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("{e}"),
+    }
+    kk_live::apply::apply_all(
+        admin,
+        &rotator_objects(),
+        &kk_live::apply::ApplyOptions {
+            force_conflicts: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The rendered `rotator/` objects of the example spec (cluster `demo`, namespace karpenter).
+pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
+    let cluster = kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
+        .unwrap()
+        .spec;
+    let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
+    let objects: Vec<_> = kk_render::render(&cluster, &pem)
+        .unwrap()
+        .manifests()
+        .into_iter()
+        .filter(|(p, _)| p.starts_with("rotator/"))
+        .collect();
+    assert!(
+        objects
+            .iter()
+            .any(|(_, o)| o["kind"] == "ValidatingAdmissionPolicy")
+    );
+    objects
+}
