@@ -265,8 +265,14 @@ fn listed(doc: &str, heading: &str) -> BTreeMap<String, String> {
 #[test]
 fn differential() {
     let root = root();
-    let dir = root.join("testbed/karpenter-oracle/scenarios");
-    let exp = root.join("testbed/karpenter-oracle/expected");
+    let dir = std::env::var_os("KK_DIFF_SCENARIOS").map_or_else(
+        || root.join("testbed/karpenter-oracle/scenarios"),
+        PathBuf::from,
+    );
+    let exp = std::env::var_os("KK_DIFF_EXPECTED").map_or_else(
+        || root.join("testbed/karpenter-oracle/expected"),
+        PathBuf::from,
+    );
     let doc = std::fs::read_to_string(root.join("docs/fidelity.md")).expect("docs/fidelity.md");
     let documented = listed(&doc, "Documented divergences");
     let open = listed(&doc, "Open divergences");
