@@ -10,6 +10,7 @@
 //! A divergence fails the test unless docs/fidelity.md accounts for it: scenario names listed
 //! (in backticks) under "Documented divergences" (upstream behaviour) or "Open divergences"
 //! (known kk-sim bugs). `KK_DIFF_VERBOSE=1` prints every divergence; `KK_DIFF_ONLY=name` runs one.
+//! `KK_DIFF_SCENARIOS=DIR KK_DIFF_EXPECTED=DIR` compares another corpus (e.g. a fresh seed's).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
