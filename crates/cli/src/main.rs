@@ -9,6 +9,7 @@
 mod apply_cmd;
 mod catalog_cmd;
 mod completion_cmd;
+mod controller_cmd;
 mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
@@ -94,7 +95,7 @@ enum Command {
     CaHash(token_cmd::CaHashArgs),
     /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
     /// join store, leader-elected through a Lease, with /metrics, /healthz and /readyz.
-    Controller(Box<token_cmd::ControllerArgs>),
+    Controller(Box<controller_cmd::ControllerArgs>),
     /// Print the version, git commit, build date and compiler (-o json|yaml for an object).
     Version(version_cmd::VersionArgs),
     /// Print a shell completion script: `source <(kubean-karpenter completion bash)`, or save
@@ -135,7 +136,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Plan(args) => plan_cmd::run(args),
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),
-        Command::Controller(args) => token_cmd::controller(*args),
+        Command::Controller(args) => controller_cmd::controller(*args),
         Command::Version(args) => version_cmd::run(args),
         Command::Completion(args) => completion_cmd::completion(args),
         Command::Man(args) => completion_cmd::man(args),

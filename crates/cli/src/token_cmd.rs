@@ -1,16 +1,15 @@
-//! `token create|list|revoke`, `ca-hash` and `controller`: bootstrap tokens, the CA hash
-//! `kubeadm join` pins, and the in-cluster rotator that keeps the join store valid.
+//! `token create|list|revoke` and `ca-hash`: bootstrap tokens and the CA hash `kubeadm join`
+//! pins; also the kubeconfig and join-store arguments `controller` shares
+//! (see `controller_cmd.rs`).
 //!
 //! A token's secret half is printed only with `--show-secret`; errors never carry it.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use kk_live::ClientOptions;
 use kk_live::cahash::{self, Connected};
-use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
 use kk_live::store::{self, JoinStore, StoreKind};
 use kk_live::token::{self, NewToken, Timestamp, TokenInfo, format_duration, parse_duration};
 use serde_json::json;
@@ -28,7 +27,7 @@ pub struct KubeArgs {
 }
 
 impl KubeArgs {
-    fn options(&self) -> ClientOptions {
+    pub(crate) fn options(&self) -> ClientOptions {
         ClientOptions {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
@@ -80,18 +79,18 @@ impl StoreArgs {
 
 /// A resolved store target.
 #[derive(Debug, Clone)]
-struct Target {
-    cluster: String,
+pub(crate) struct Target {
+    pub(crate) cluster: String,
     kind: StoreKind,
     name: String,
-    endpoint: String,
+    pub(crate) endpoint: String,
     region: Option<String>,
     ca_cert_hash: Option<String>,
     kms_key_id: Option<String>,
 }
 
 impl Target {
-    fn ca_hash(&self, connected: &Connected) -> Result<String, Failure> {
+    pub(crate) fn ca_hash(&self, connected: &Connected) -> Result<String, Failure> {
         match (&self.ca_cert_hash, &connected.ca_cert_hash) {
             (Some(h), _) => Ok(h.clone()),
             (None, Ok(h)) => Ok(h.clone()),
@@ -101,7 +100,7 @@ impl Target {
         }
     }
 
-    async fn open(&self) -> Result<JoinStore, Failure> {
+    pub(crate) async fn open(&self) -> Result<JoinStore, Failure> {
         let sdk = store::aws_config(self.region.clone(), None).await?;
         Ok(JoinStore::new(self.kind, &self.name, &self.cluster, &sdk)
             .with_kms_key(self.kms_key_id.clone()))
@@ -110,7 +109,7 @@ impl Target {
 
 /// The store from `--spec` and flags. `publish`: everything a publication needs (endpoint,
 /// CA hash) is required; otherwise only the store itself, and `None` when there is none.
-fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Failure> {
+pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<Target>, Failure> {
     if args.is_empty() {
         return Ok(None);
     }
@@ -203,7 +202,7 @@ fn print_out(text: &str) -> Result<ExitCode, Failure> {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -460,112 +459,4 @@ pub fn ca_hash(args: CaHashArgs) -> Result<ExitCode, Failure> {
         None => runtime()?.block_on(cahash::from_kubeconfig(&args.kube.options()))?,
     };
     print_out(&format!("{hash}\n"))
-}
-
-fn parse_fraction(text: &str) -> Result<f64, String> {
-    let v: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number"))?;
-    if v > 0.0 && v < 1.0 {
-        Ok(v)
-    } else {
-        Err(format!("{text} must be between 0 and 1 (exclusive)"))
-    }
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ControllerArgs {
-    #[command(flatten)]
-    kube: KubeArgs,
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Lifetime of each token (at most 24h).
-    #[arg(long, default_value = "2h", value_parser = parse_duration)]
-    ttl: Duration,
-    /// Replace a token once this fraction of its lifetime has passed.
-    #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
-    rotate_at: f64,
-    /// How long a replaced token keeps working before it is deleted: longer than a node
-    /// takes from reading the store to sending its CSR (Karpenter gives up after 15 min).
-    #[arg(long, default_value = "20m", value_parser = parse_duration)]
-    overlap: Duration,
-    /// How often the leader decides pending node CSRs from kubean-karpenter join tokens
-    /// (approved only for an instance a NodeClaim names; see docs/join-credentials.md).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    approve_interval: Duration,
-    /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
-    /// `kubectl certificate approve`).
-    #[arg(long)]
-    no_csr_approver: bool,
-    /// How often the leader checks the store and the token.
-    #[arg(long, default_value = "1m", value_parser = parse_duration)]
-    tick: Duration,
-    /// How soon to try again after a failure.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    retry: Duration,
-    #[arg(long, default_value = "kube-system")]
-    lease_namespace: String,
-    #[arg(long, default_value = "kubean-karpenter-rotator")]
-    lease_name: String,
-    /// Lease duration: renewed every third of it; a follower takes over once it lapses.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
-    lease_duration: Duration,
-    /// Holder identity (default: $POD_NAME or the host name, plus a random suffix).
-    #[arg(long)]
-    identity: Option<String>,
-    /// Address for /metrics, /healthz and /readyz; "off" serves none.
-    #[arg(long, default_value = "0.0.0.0:8080")]
-    metrics_addr: String,
-    /// Log format on standard error.
-    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
-    log_format: String,
-}
-
-pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
-    let target = resolve_target(&args.store, true)?.ok_or_else(|| {
-        Failure(
-            "the controller needs a store: --spec FILE, or --cluster, --store and --api-server"
-                .into(),
-        )
-    })?;
-    let metrics_addr: Option<SocketAddr> = match args.metrics_addr.as_str() {
-        "off" | "" => None,
-        a => Some(
-            a.parse()
-                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
-        ),
-    };
-    kk_live::controller::init_logging(args.log_format == "json");
-    runtime()?.block_on(async {
-        let connected = cahash::connect(&args.kube.options(), true).await?;
-        let config = ControllerConfig {
-            cluster: target.cluster.clone(),
-            api_server_endpoint: target.endpoint.clone(),
-            ca_cert_hash: target.ca_hash(&connected)?,
-            ttl: args.ttl,
-            rotate_at: args.rotate_at,
-            overlap: args.overlap,
-            approve_every: (!args.no_csr_approver).then_some(args.approve_interval),
-            tick: args.tick,
-            retry: args.retry,
-            lease: LeaseConfig {
-                namespace: args.lease_namespace.clone(),
-                name: args.lease_name.clone(),
-                identity: args
-                    .identity
-                    .clone()
-                    .unwrap_or_else(kk_live::controller::default_identity),
-                duration: args.lease_duration,
-            },
-        };
-        let store = target.open().await?;
-        let mut controller = Controller::new(connected.config, store, config)?;
-        if let Some(addr) = metrics_addr {
-            let bound = controller.bind(addr).await?;
-            eprintln!("serving /metrics, /healthz and /readyz on {bound}");
-        }
-        controller.run(kk_live::controller::shutdown_signal()).await;
-        Ok::<_, Failure>(())
-    })?;
-    Ok(ExitCode::SUCCESS)
 }

@@ -8,10 +8,9 @@ use kk_model::karpenter::{EC2NodeClass, NodePool};
 use kk_model::{FieldPath, Pos};
 use serde_json::Value;
 
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Diagnostic, RuleMeta};
 use crate::gpu::{GpuEvidence, gpu_evidence};
 use crate::input::{BlockMap, Class, Embedded, EmbeddedKind, Loaded, Object, Source};
-use crate::registry::RuleMeta;
 use crate::sched::PoolLabels;
 use crate::userdata;
 

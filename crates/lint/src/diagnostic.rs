@@ -1,4 +1,5 @@
-//! What a rule reports, and the sorted result of one lint run.
+//! What a rule reports (and the [`RuleMeta`] every finding carries), and the sorted result
+//! of one lint run.
 
 use std::fmt;
 use std::str::FromStr;
@@ -132,4 +133,19 @@ impl Report {
     pub fn fails(&self, fail_on: Severity) -> bool {
         self.count_at_least(fail_on) > 0
     }
+}
+
+/// What a rule is, for `--list-rules`, `--explain`, docs and SARIF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleMeta {
+    /// `KK007`: `KK` and three digits, never reused.
+    pub code: &'static str,
+    /// Kebab-case, `ami-alias-latest`.
+    pub name: &'static str,
+    /// Severity of its findings unless a finding says otherwise.
+    pub severity: Severity,
+    /// One sentence, no trailing period: the title of its docs page.
+    pub summary: &'static str,
+    /// Markdown with the sections `## What`, `## Why`, `## Example`, `## Fix`, in that order.
+    pub doc: &'static str,
 }

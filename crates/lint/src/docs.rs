@@ -1,7 +1,8 @@
 //! Rule documentation: `lint --explain CODE` and the generated `docs/rules/*.md`.
 //! Both come from each rule's `DOC`, so the docs cannot drift from the code.
 
-use crate::registry::{RULES, Rule};
+use crate::registry::RULES;
+use crate::rule::Rule;
 
 /// The sections every rule's `DOC` has, in this order.
 pub const SECTIONS: [&str; 4] = ["## What", "## Why", "## Example", "## Fix"];

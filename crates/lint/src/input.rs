@@ -9,7 +9,7 @@ use kk_model::yaml::{Document, LoadLimits, YamlError, load_documents};
 use kk_model::{FieldPath, Pos};
 use serde_json::Value;
 
-use crate::config::Directives;
+use crate::suppress::Directives;
 
 /// Largest single input accepted.
 pub const MAX_FILE_BYTES: usize = 16 * 1024 * 1024;

@@ -18,8 +18,10 @@ pub mod gpu;
 pub mod input;
 pub mod output;
 pub mod registry;
+pub mod rule;
 pub mod rules;
 pub mod sched;
+pub mod suppress;
 pub mod userdata;
 
 use std::collections::BTreeMap;
@@ -28,7 +30,8 @@ pub use config::Config;
 pub use context::Context;
 pub use diagnostic::{Diagnostic, Report, Severity};
 pub use input::{Input, LoadError, Loaded};
-pub use registry::{RULES, Rule, RuleMeta};
+pub use registry::RULES;
+pub use rule::{Rule, RuleMeta};
 
 /// Loads `inputs` and lints them. An input that is not YAML we accept is an error (exit 2),
 /// never a finding.

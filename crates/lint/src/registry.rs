@@ -1,4 +1,5 @@
-//! The list of rules. Adding a rule: write `src/rules/<area>/<rule>.rs` (a `pub const DOC`, a
+//! The list of rules (the only module that names every rule; rules themselves depend on
+//! [`crate::rule`], never on this list). Adding a rule: write `src/rules/<area>/<rule>.rs` (a `pub const DOC`, a
 //! `pub const META` and a unit struct implementing [`Rule`]), declare it in its area's
 //! `mod.rs`, add one line to [`RULES`], and add `fixtures/lint/<CODE>/{fail,pass}.yaml`.
 //!
@@ -33,37 +34,8 @@
 //! | KK023 | userdata  | nvidia-runtime-without-containerd-restart (issue 11)               |
 //! | KK024 | workload  | shared-infra-identity (issue 12)                                   |
 
-use crate::context::Context;
-use crate::diagnostic::{Diagnostic, Severity};
+use crate::rule::Rule;
 use crate::rules;
-
-/// What a rule is, for `--list-rules`, `--explain`, docs and SARIF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RuleMeta {
-    /// `KK007`: `KK` and three digits, never reused.
-    pub code: &'static str,
-    /// Kebab-case, `ami-alias-latest`.
-    pub name: &'static str,
-    /// Severity of its findings unless a finding says otherwise.
-    pub severity: Severity,
-    /// One sentence, no trailing period: the title of its docs page.
-    pub summary: &'static str,
-    /// Markdown with the sections `## What`, `## Why`, `## Example`, `## Fix`, in that order.
-    pub doc: &'static str,
-}
-
-/// One check over the whole set of objects (rules see every object, so cross-object checks are
-/// ordinary rules).
-pub trait Rule: Sync {
-    fn meta(&self) -> &'static RuleMeta;
-
-    /// Appends findings. Must not panic on any input: objects may be half-valid.
-    fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>);
-
-    fn code(&self) -> &'static str {
-        self.meta().code
-    }
-}
 
 /// Every rule, by code.
 pub static RULES: &[&dyn Rule] = &[

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::context::{Context, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Object;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::rules::cluster::missing_ccm::is_aws_ccm_container;
 
 pub const DOC: &str = r#"

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::{Class, Object};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::userdata;
 
 pub const DOC: &str = r#"

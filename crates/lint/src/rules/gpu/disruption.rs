@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 /// The CRD's default for `spec.disruption.consolidationPolicy`.
 const DEFAULT_POLICY: &str = "WhenEmptyOrUnderutilized";

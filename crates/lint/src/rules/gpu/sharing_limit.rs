@@ -12,7 +12,7 @@ use crate::context::{Context, NodePoolView, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::input::{Class, Object};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::sched;
 
 const GPU: &str = "nvidia.com/gpu";

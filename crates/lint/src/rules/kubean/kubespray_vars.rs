@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::context::{Context, EmbeddedView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::userdata;
 
 pub const DOC: &str = r#"

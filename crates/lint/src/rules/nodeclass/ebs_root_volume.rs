@@ -7,7 +7,7 @@ use kk_model::quantity::Quantity;
 
 use crate::context::{Context, NodeClassView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::context::{Context, NodeClassView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::userdata;
 
 pub const DOC: &str = r#"

@@ -5,7 +5,7 @@ use kk_model::FieldPath;
 use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

@@ -7,7 +7,7 @@ use kk_model::FieldPath;
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Class;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

@@ -9,7 +9,7 @@ use kk_model::karpenter::NodeSelectorRequirement;
 use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::family_of;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 /// Fewer instance types than this in a spot pool without `minValues` is reported. Four is the
 /// minimum seed 002 settles for (two families × two sizes) in a workshop; production spot fleets

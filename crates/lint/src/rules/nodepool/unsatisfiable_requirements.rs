@@ -12,7 +12,7 @@ use kk_model::karpenter::NodeSelectorRequirement;
 
 use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

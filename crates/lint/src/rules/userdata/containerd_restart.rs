@@ -5,7 +5,7 @@ use kk_model::FieldPath;
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::userdata;
 
 pub const DOC: &str = r#"

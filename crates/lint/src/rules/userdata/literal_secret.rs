@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::context::Context;
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

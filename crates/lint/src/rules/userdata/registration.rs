@@ -6,7 +6,7 @@ use kk_model::FieldPath;
 
 use crate::context::{Context, NodeClassView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::userdata::{self, Assignment};
 
 pub const DOC: &str = r#"

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::context::{Context, NodePoolView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Object;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::sched::{self, Reach};
 
 /// The label Kubespray puts on Kubean's infra workers (`node_labels`), which host Karpenter.

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::context::{Context, NodePoolView, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 use crate::sched::{self, Reach, Taint, Toleration, TolerationOp};
 
 pub const DOC: &str = r#"

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::context::{Context, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
-use crate::registry::{Rule, RuleMeta};
+use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What

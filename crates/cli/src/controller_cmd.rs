@@ -1,0 +1,122 @@
+//! `controller`: the in-cluster rotator that keeps the join store valid (fresh bootstrap
+//! tokens published before the old ones lapse), approves node CSRs from our tokens for
+//! instances a NodeClaim names, and serves metrics; one leader by Lease.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use kk_live::cahash;
+use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
+use kk_live::token::parse_duration;
+
+use crate::Failure;
+use crate::token_cmd::{KubeArgs, StoreArgs, resolve_target, runtime};
+
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("{text} must be between 0 and 1 (exclusive)"))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Lifetime of each token (at most 24h).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Replace a token once this fraction of its lifetime has passed.
+    #[arg(long, default_value = "0.5", value_parser = parse_fraction)]
+    rotate_at: f64,
+    /// How long a replaced token keeps working before it is deleted: longer than a node
+    /// takes from reading the store to sending its CSR (Karpenter gives up after 15 min).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    overlap: Duration,
+    /// How often the leader decides pending node CSRs from kubean-karpenter join tokens
+    /// (approved only for an instance a NodeClaim names; see docs/join-credentials.md).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    approve_interval: Duration,
+    /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
+    /// `kubectl certificate approve`).
+    #[arg(long)]
+    no_csr_approver: bool,
+    /// How often the leader checks the store and the token.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    tick: Duration,
+    /// How soon to try again after a failure.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    retry: Duration,
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    #[arg(long, default_value = "kubean-karpenter-rotator")]
+    lease_name: String,
+    /// Lease duration: renewed every third of it; a follower takes over once it lapses.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// Holder identity (default: $POD_NAME or the host name, plus a random suffix).
+    #[arg(long)]
+    identity: Option<String>,
+    /// Address for /metrics, /healthz and /readyz; "off" serves none.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: String,
+    /// Log format on standard error.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
+}
+
+pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    let target = resolve_target(&args.store, true)?.ok_or_else(|| {
+        Failure(
+            "the controller needs a store: --spec FILE, or --cluster, --store and --api-server"
+                .into(),
+        )
+    })?;
+    let metrics_addr: Option<SocketAddr> = match args.metrics_addr.as_str() {
+        "off" | "" => None,
+        a => Some(
+            a.parse()
+                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
+        ),
+    };
+    kk_live::controller::init_logging(args.log_format == "json");
+    runtime()?.block_on(async {
+        let connected = cahash::connect(&args.kube.options(), true).await?;
+        let config = ControllerConfig {
+            cluster: target.cluster.clone(),
+            api_server_endpoint: target.endpoint.clone(),
+            ca_cert_hash: target.ca_hash(&connected)?,
+            ttl: args.ttl,
+            rotate_at: args.rotate_at,
+            overlap: args.overlap,
+            approve_every: (!args.no_csr_approver).then_some(args.approve_interval),
+            tick: args.tick,
+            retry: args.retry,
+            lease: LeaseConfig {
+                namespace: args.lease_namespace.clone(),
+                name: args.lease_name.clone(),
+                identity: args
+                    .identity
+                    .clone()
+                    .unwrap_or_else(kk_live::controller::default_identity),
+                duration: args.lease_duration,
+            },
+        };
+        let store = target.open().await?;
+        let mut controller = Controller::new(connected.config, store, config)?;
+        if let Some(addr) = metrics_addr {
+            let bound = controller.bind(addr).await?;
+            eprintln!("serving /metrics, /healthz and /readyz on {bound}");
+        }
+        controller.run(kk_live::controller::shutdown_signal()).await;
+        Ok::<_, Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,176 @@
+//! Existing nodes (`existingnode.go`): what each has left once its bound pods and the
+//! DaemonSets that would still run there are counted, and whether a pod can join one.
+
+use super::fit::with_topology;
+use super::prepare::{pod_requests, pod_requirements};
+use super::{ExistingNode, Scheduler};
+use crate::labels::{self, HOSTNAME};
+use crate::model::{Effect, Node, Pod, Taint, untolerated};
+use crate::req::{Requirement, Requirements};
+use crate::res::{self, Res};
+use crate::topology::{BoundPod, Topology};
+
+/// Karpenter's `KnownEphemeralTaints` and `KnownEphemeralTaintKeyPrefixes`.
+fn is_known_ephemeral(t: &Taint) -> bool {
+    // `Taint.MatchTaint` compares key and effect only.
+    let known = [
+        ("node.kubernetes.io/not-ready", Effect::NoSchedule),
+        ("node.kubernetes.io/not-ready", Effect::NoExecute),
+        ("node.kubernetes.io/unreachable", Effect::NoSchedule),
+        (
+            "node.cloudprovider.kubernetes.io/uninitialized",
+            Effect::NoSchedule,
+        ),
+        ("karpenter.sh/unregistered", Effect::NoExecute),
+    ];
+    known.iter().any(|(k, e)| t.key == *k && t.effect == *e)
+        || t.key.starts_with("readiness.k8s.io/")
+}
+
+impl Scheduler<'_> {
+    /// Adds the existing nodes, by name, initialized ones first (`sortExistingNodes`); each uses
+    /// up its NodePool's limits with what it advertises.
+    pub(super) fn add_existing_nodes(
+        &mut self,
+        bound: &[BoundPod],
+        topology: &mut Topology,
+        ds_requests: &[Res],
+    ) {
+        let input = self.input;
+        let initialized = |n: &Node| {
+            n.pool().is_none()
+                || n.labels
+                    .get(labels::INITIALIZED)
+                    .is_some_and(|v| v == "true")
+        };
+        let mut by_name: Vec<usize> = (0..input.nodes.len()).collect();
+        by_name.sort_by(|&a, &b| {
+            let (na, nb) = (&input.nodes[a], &input.nodes[b]);
+            initialized(nb)
+                .cmp(&initialized(na))
+                .then(na.name.cmp(&nb.name))
+        });
+        for ni in by_name {
+            let node = &input.nodes[ni];
+            // A Karpenter-managed node that is not initialized yet: its well-known ephemeral
+            // taints (not-ready, unreachable, uninitialized, unregistered) are expected to go
+            // away, so they do not count (`StateNode.Taints`).
+            let taints: Vec<Taint> = if initialized(node) {
+                node.taints.clone()
+            } else {
+                let startup: &[Taint] = node
+                    .pool()
+                    .and_then(|p| input.pools.iter().find(|pool| pool.name == p))
+                    .map_or(&[], |p| &p.startup_taints);
+                node.taints
+                    .iter()
+                    .filter(|t| {
+                        !is_known_ephemeral(t)
+                            && !startup
+                                .iter()
+                                .any(|s| s.key == t.key && s.effect == t.effect)
+                    })
+                    .cloned()
+                    .collect()
+            };
+            let hostname = node
+                .labels
+                .get(HOSTNAME)
+                .cloned()
+                .unwrap_or_else(|| node.name.clone());
+            let mut reqs = Requirements::from_labels(&node.labels);
+            reqs.add(HOSTNAME, Requirement::single(&hostname));
+            let mut remaining = self.index.from_map(&node.allocatable);
+            let mut host_ports = Vec::new();
+            let mut daemon_running = self.index.zero();
+            for bp in bound.iter().filter(|b| b.node == ni) {
+                let r = pod_requests(&self.index, &bp.pod);
+                res::sub(&mut remaining, &r);
+                if bp.pod.owner.starts_with("ds/") {
+                    res::add(&mut daemon_running, &r);
+                }
+                host_ports.extend(bp.pod.host_ports.iter().cloned());
+            }
+            // DaemonSets that would run here and are not running yet (`NewExistingNode`:
+            // compatible DaemonSet requests less the DaemonSet pods already there, at least 0).
+            let labels_reqs = Requirements::from_labels(&node.labels);
+            let mut daemons = self.index.zero();
+            for (di, ds) in input.daemonsets.iter().enumerate() {
+                if ds.invalid.is_some() || untolerated(&taints, &ds.tolerations).is_some() {
+                    continue;
+                }
+                let (_, strict) = pod_requirements(ds, false);
+                if labels_reqs.compatible(&strict, false).is_ok() {
+                    res::add(&mut daemons, &ds_requests[di]);
+                }
+            }
+            res::sub(&mut daemons, &daemon_running);
+            for v in &mut daemons {
+                *v = (*v).max(0);
+            }
+            res::sub(&mut remaining, &daemons);
+            let host = topology.domain_id(&hostname);
+            topology.register_host(host);
+            if let Some(pool) = node.pool()
+                && let Some(pp) = self.pools.iter_mut().find(|p| p.name == pool)
+            {
+                let cap = self.index.from_map(if node.capacity.is_empty() {
+                    &node.allocatable
+                } else {
+                    &node.capacity
+                });
+                pp.limits.charge_node(&cap);
+            }
+            self.existing.push(ExistingNode {
+                node: ni,
+                reqs,
+                taints,
+                remaining,
+                host,
+                pods: Vec::new(),
+                host_ports,
+            });
+        }
+    }
+
+    /// The requirements the node would have once `pod` joins it, or why it cannot.
+    pub(super) fn existing_can_add(
+        &mut self,
+        e: usize,
+        pid: usize,
+        pod: &Pod,
+    ) -> Result<Requirements, String> {
+        let node = &self.existing[e];
+        if let Some(t) = untolerated(&node.taints, &pod.tolerations) {
+            return Err(format!("untolerated taint {t}"));
+        }
+        if let Some(p) = pod.host_ports.iter().find(|p| node.host_ports.contains(p)) {
+            return Err(format!("host port {}/{} in use", p.0, p.1));
+        }
+        let data = &self.data[pid];
+        if node.remaining.iter().any(|v| *v < 0) || !res::fits(&data.requests, &node.remaining) {
+            return Err(format!(
+                "exceeds node resources (needs {}, has {})",
+                self.describe(&data.requests),
+                self.describe(&node.remaining)
+            ));
+        }
+        if let Err(c) = node.reqs.compatible(&data.reqs, false) {
+            return Err(format!("incompatible requirements: {c}"));
+        }
+        let host = node.host;
+        if !self.topology.hostname_allows(pid, pod, host) {
+            return Err("pod (anti-)affinity or topology spread on kubernetes.io/hostname".into());
+        }
+        with_topology(
+            &mut self.topology,
+            pid,
+            pod,
+            data,
+            &self.existing[e].reqs,
+            true,
+            false,
+        )
+        .map_err(Option::unwrap_or_default)
+    }
+}

@@ -1,0 +1,167 @@
+//! The scheduling loop (kubernetes-sigs/karpenter v1.14 `pkg/controllers/provisioning/scheduling`
+//! `scheduler.go`, `nodeclaim.go`, `existingnode.go`, `queue.go`, `preferences.go`).
+//!
+//! Pods are queued by CPU, then memory, descending. Each pod tries existing nodes (by name),
+//! then the NodeClaims opened so far (fewest pods first), then a new NodeClaim from each
+//! NodePool by weight (equal weights: name descending), the first that accepts winning. A pod
+//! that fits nowhere has its preferences relaxed one at a time and is tried again; when even
+//! the relaxed pod fails, its original goes back to the end of the queue. The loop ends when the
+//! queue cycles without progress.
+//!
+//! Module map: `queue.rs` runs the loop and tries each target; `prepare.rs`
+//! turns the input into per-NodePool instance-type tables and topology domains;
+//! `existing.rs` holds the existing nodes; `claims.rs` the in-flight and new NodeClaims;
+//! `limits.rs` the NodePool limits; `relax.rs` preference relaxation; `fit.rs` the checks
+//! existing nodes and claims share; `outcome.rs` what the loop returns; `bits.rs` the set of
+//! instance types a claim still has; `launch.rs` the AWS provider's part (what a type offers,
+//! which one a claim launches as).
+
+use std::collections::HashMap;
+
+use kk_catalog::Catalog;
+
+use crate::model::{Node, Pod, Pool, Taint};
+use crate::req::{Requirement, Requirements};
+use crate::res::{Res, ResIndex};
+use crate::topology::Topology;
+
+mod bits;
+mod claims;
+mod existing;
+mod fit;
+mod launch;
+mod limits;
+mod outcome;
+mod prepare;
+mod queue;
+mod relax;
+
+use bits::Bits;
+use limits::Limits;
+
+pub use launch::{Launch, instance_requirements, launch};
+pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
+
+/// Scheduler settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Instance types kept per NodeClaim (`MaxInstanceTypes`, 600).
+    pub max_instance_types: usize,
+    /// Instance types the AWS provider sends to CreateFleet (60).
+    pub launch_instance_types: usize,
+    /// Karpenter's `--preference-policy=Ignore`.
+    pub ignore_preferences: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_instance_types: 600,
+            launch_instance_types: 60,
+            ignore_preferences: false,
+        }
+    }
+}
+
+/// Everything a simulation reads.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub pools: Vec<Pool>,
+    pub pods: Vec<Pod>,
+    /// One template pod per DaemonSet.
+    pub daemonsets: Vec<Pod>,
+    pub nodes: Vec<Node>,
+    /// Pods already running on an existing node (by node name).
+    pub bound: Vec<(String, Pod)>,
+    pub catalog: Catalog,
+    pub options: Options,
+    /// Problems found while loading that did not stop it.
+    pub warnings: Vec<String>,
+}
+
+/// Up to this many in-flight claims, their order follows Go's `sort.Slice` exactly.
+const GO_SORT_EXACT: usize = 1024;
+
+/// One instance type as a NodePool sees it.
+#[derive(Debug, Clone)]
+struct PType {
+    cat: usize,
+    /// Allocatable less the overhead of the DaemonSets that would run on it.
+    net: Res,
+    alloc_ok: bool,
+    capacity: Res,
+    group: usize,
+}
+
+#[derive(Debug)]
+struct PPool {
+    input: usize,
+    name: String,
+    taints: Vec<Taint>,
+    template: Requirements,
+    types: Vec<PType>,
+    /// DaemonSet overhead per group of types that run the same DaemonSets.
+    group_overhead: Vec<Res>,
+    all: Bits,
+    compat_cache: HashMap<String, HashMap<Requirement, Bits>>,
+    offer_cache: HashMap<Requirement, HashMap<Requirement, Bits>>,
+    limits: Limits,
+}
+
+#[derive(Debug, Clone)]
+struct Claim {
+    pool: usize,
+    hostname: String,
+    host: u32,
+    reqs: Requirements,
+    types: Bits,
+    requests: Res,
+    max_net: Res,
+    pods: Vec<usize>,
+    host_ports: Vec<(i32, String)>,
+    /// Per topology key (`Scheduler::topo_keys`): the interned domain when the claim is
+    /// narrowed to exactly one, else `u32::MAX`.
+    singles: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct ExistingNode {
+    node: usize,
+    reqs: Requirements,
+    taints: Vec<Taint>,
+    remaining: Res,
+    host: u32,
+    pods: Vec<usize>,
+    host_ports: Vec<(i32, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct PodData {
+    requests: Res,
+    reqs: Requirements,
+    strict: Requirements,
+}
+
+pub(crate) struct Scheduler<'a> {
+    input: &'a Input,
+    index: ResIndex,
+    cat_reqs: Vec<Requirements>,
+    pools: Vec<PPool>,
+    claims: Vec<Claim>,
+    /// In-flight claims in the order upstream's `newNodeClaims` slice has: new claims are
+    /// appended, and the slice is re-sorted by pod count with Go's `sort.Slice` before each
+    /// pod tries them (reproduced exactly by [`crate::gosort`] up to `GO_SORT_EXACT` claims;
+    /// beyond that, as a stable sort, which keeps large plans fast).
+    order: Vec<usize>,
+    existing: Vec<ExistingNode>,
+    topology: Topology,
+    data: Vec<PodData>,
+    tolerate_prefer_no_schedule: bool,
+    trace_pod: Option<usize>,
+    trace: Trace,
+    warnings: Vec<String>,
+    placements: Vec<Option<Placement>>,
+    no_pools: bool,
+    /// Topology keys other than the hostname.
+    topo_keys: Vec<String>,
+}

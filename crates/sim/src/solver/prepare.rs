@@ -1,0 +1,369 @@
+//! Preparation (`NewScheduler`): the resource index, each NodePool's template and the instance
+//! types it may launch (with the DaemonSet overhead each would carry), the topology domains
+//! every constrained key can take, the existing nodes, and each pod's requirements.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::bits::Bits;
+use super::launch::instance_requirements;
+use super::limits::Limits;
+use super::outcome::Trace;
+use super::{Input, PPool, PType, PodData, Scheduler};
+use crate::labels::{self, HOSTNAME};
+use crate::model::{Effect, Pod, Taint, Toleration, TolerationOp, term_requirements, untolerated};
+use crate::req::{Operator, Requirement, Requirements};
+use crate::res::{self, Res, ResIndex};
+use crate::topology::{BoundPod, DomainUniverse, Topology};
+
+/// A pod's requirements with its heaviest preferred node-affinity term (when preferences are
+/// respected) and without (`strict`): its node selector and first required term.
+pub(super) fn pod_requirements(pod: &Pod, respect: bool) -> (Requirements, Requirements) {
+    let mut strict = Requirements::from_labels(&pod.node_selector);
+    if let Some(first) = pod.required_terms.as_ref().and_then(|t| t.first()) {
+        strict.add_all(&term_requirements(first));
+    }
+    if !respect || pod.preferred_terms.is_empty() {
+        return (strict.clone(), strict);
+    }
+    let mut all = strict.clone();
+    let heaviest = pod
+        .preferred_terms
+        .iter()
+        .enumerate()
+        .max_by(|(i, a), (j, b)| a.0.cmp(&b.0).then(j.cmp(i)))
+        .map(|(_, t)| &t.1);
+    if let Some(term) = heaviest {
+        all.add_all(&term_requirements(term));
+    }
+    (all, strict)
+}
+
+/// Whether a DaemonSet would run on a node of this template and instance type (its pod,
+/// tolerating PreferNoSchedule, relaxed term by term as `isDaemonPodCompatible` does).
+fn daemon_compatible_with_template(
+    template: &Requirements,
+    taints: &[Taint],
+    type_reqs: &Requirements,
+    ds: &Pod,
+) -> bool {
+    let mut pod = ds.clone();
+    pod.tolerations.push(Toleration {
+        key: String::new(),
+        operator: TolerationOp::Exists,
+        value: String::new(),
+        effect: Some(Effect::PreferNoSchedule),
+    });
+    if untolerated(taints, &pod.tolerations).is_some() {
+        return false;
+    }
+    loop {
+        let (_, strict) = pod_requirements(&pod, false);
+        if template.is_compatible(&strict, true) && type_reqs.intersects(&strict).is_ok() {
+            return true;
+        }
+        match pod.required_terms.as_mut() {
+            Some(terms) if terms.len() > 1 => {
+                terms.remove(0);
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// A pod's requests as a resource vector, counting the pod itself in the `pods` slot.
+pub(super) fn pod_requests(index: &ResIndex, pod: &Pod) -> Res {
+    let mut r = index.from_map(&pod.requests);
+    r[3] = r[3].saturating_add(1);
+    r
+}
+
+/// Every resource name anything in the input mentions.
+fn resource_index(input: &Input) -> ResIndex {
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    for it in input.catalog.types() {
+        names.extend(it.capacity.extended.keys().cloned());
+    }
+    for p in input.pods.iter().chain(&input.daemonsets) {
+        names.extend(p.requests.keys().cloned());
+    }
+    for (_, p) in &input.bound {
+        names.extend(p.requests.keys().cloned());
+    }
+    for n in &input.nodes {
+        names.extend(n.allocatable.keys().cloned());
+        names.extend(n.capacity.keys().cloned());
+    }
+    for p in &input.pools {
+        names.extend(p.limits.keys().filter(|k| *k != "nodes").cloned());
+    }
+    ResIndex::new(names.iter().map(String::as_str))
+}
+
+/// NodePools by weight, equal weights by name descending (nodepoolutils.OrderByWeight).
+fn pools_by_weight(input: &Input) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..input.pools.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (&input.pools[a], &input.pools[b]);
+        pb.weight.cmp(&pa.weight).then(pb.name.cmp(&pa.name))
+    });
+    order
+}
+
+/// The NodePool's NodeClaim template and the instance types it may launch, each with the
+/// DaemonSet overhead it would carry; `None` (with a warning) when no type is left.
+fn prepare_pool(
+    input: &Input,
+    pi: usize,
+    index: &ResIndex,
+    cat_reqs: &[Requirements],
+    ds_requests: &[Res],
+    warnings: &mut Vec<String>,
+) -> Option<PPool> {
+    let pool = &input.pools[pi];
+    let mut template = pool.requirements.clone();
+    template.add_all(&Requirements::from_labels(&pool.labels));
+    template.add(labels::NODEPOOL, Requirement::single(&pool.name));
+    template.add(labels::NODECLASS, Requirement::single(&pool.node_class));
+    template.add(labels::REGISTERED, Requirement::single("true"));
+    template.add(labels::INITIALIZED, Requirement::single("true"));
+    let mut group_keys: Vec<Vec<usize>> = Vec::new();
+    let mut types = Vec::new();
+    for (ci, it) in input.catalog.types().iter().enumerate() {
+        let treqs = &cat_reqs[ci];
+        // NewScheduler's pre-filter: compatible, fits an empty pod, has an offering.
+        if treqs.intersects(&template).is_err() {
+            continue;
+        }
+        let offered = it.offerings.iter().any(|o| {
+            o.available
+                && template.get(labels::ZONE).has(&o.zone)
+                && template
+                    .get(labels::CAPACITY_TYPE)
+                    .has(o.capacity_type.as_str())
+        });
+        let alloc = index.from_catalog(&it.allocatable(&pool.kubelet));
+        let alloc_ok = alloc.iter().all(|v| *v >= 0);
+        if !offered || !alloc_ok {
+            continue;
+        }
+        let compatible: Vec<usize> = input
+            .daemonsets
+            .iter()
+            .enumerate()
+            .filter(|(_, ds)| {
+                ds.invalid.is_none()
+                    && daemon_compatible_with_template(&template, &pool.taints, treqs, ds)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let group = match group_keys.iter().position(|g| *g == compatible) {
+            Some(g) => g,
+            None => {
+                group_keys.push(compatible);
+                group_keys.len() - 1
+            }
+        };
+        let capacity = index.from_catalog(&it.capacity_with(&pool.kubelet));
+        types.push(PType {
+            cat: ci,
+            net: alloc,
+            alloc_ok,
+            capacity,
+            group,
+        });
+    }
+    if types.is_empty() {
+        warnings.push(format!(
+            "nodepool {}: its requirements filter out every instance type; it launches nothing",
+            pool.name
+        ));
+        return None;
+    }
+    let group_overhead: Vec<Res> = group_keys
+        .iter()
+        .map(|g| {
+            let mut o = index.zero();
+            for &d in g {
+                res::add(&mut o, &ds_requests[d]);
+            }
+            o
+        })
+        .collect();
+    for t in &mut types {
+        res::sub(&mut t.net, &group_overhead[t.group]);
+    }
+    let n = types.len();
+    Some(PPool {
+        input: pi,
+        name: pool.name.clone(),
+        taints: pool.taints.clone(),
+        template,
+        types,
+        group_overhead,
+        all: Bits::full(n),
+        compat_cache: HashMap::new(),
+        offer_cache: HashMap::new(),
+        limits: Limits::new(&pool.limits, index),
+    })
+}
+
+/// Every topology key a pod constrains (spread, required and preferred (anti-)affinity).
+fn topology_keys(input: &Input) -> BTreeSet<String> {
+    let mut keys: BTreeSet<String> = BTreeSet::new();
+    for p in input.pods.iter().chain(input.bound.iter().map(|(_, p)| p)) {
+        keys.extend(p.spread.iter().map(|s| s.topology_key.clone()));
+        for t in p
+            .affinity
+            .iter()
+            .chain(&p.anti_affinity)
+            .chain(p.preferred_affinity.iter().map(|(_, t)| t))
+            .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
+        {
+            keys.insert(t.topology_key.clone());
+        }
+    }
+    keys
+}
+
+/// The domains each key can take on a node some NodePool may launch, with that pool's taints.
+fn domain_universe(
+    input: &Input,
+    order: &[usize],
+    cat_reqs: &[Requirements],
+    keys: &BTreeSet<String>,
+) -> BTreeMap<String, DomainUniverse> {
+    let mut universe: BTreeMap<String, DomainUniverse> = BTreeMap::new();
+    for key in keys {
+        let mut u = DomainUniverse::default();
+        for &pi in order {
+            let pool = &input.pools[pi];
+            let mut base = pool.requirements.clone();
+            base.add_all(&Requirements::from_labels(&pool.labels));
+            for treqs in cat_reqs {
+                if !base.has(key) && !treqs.has(key) {
+                    continue;
+                }
+                let r = base.get(key).intersection(&treqs.get(key));
+                for d in r.values() {
+                    u.insert(d, &pool.taints);
+                }
+            }
+            if let Some(r) = base.get_ref(key)
+                && r.operator() == Operator::In
+            {
+                for d in r.values() {
+                    u.insert(d, &pool.taints);
+                }
+            }
+        }
+        universe.insert(key.clone(), u);
+    }
+    universe
+}
+
+/// Pods already bound to an existing node; one bound elsewhere is warned about and dropped.
+fn bound_pods(input: &Input, warnings: &mut Vec<String>) -> Vec<BoundPod> {
+    let node_index: HashMap<&str, usize> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut bound = Vec::new();
+    for (node, pod) in &input.bound {
+        match node_index.get(node.as_str()) {
+            Some(&i) => bound.push(BoundPod {
+                pod: pod.clone(),
+                node: i,
+            }),
+            None => warnings.push(format!(
+                "pod {} is bound to node {node}, which is not among the existing nodes; ignored",
+                pod.key()
+            )),
+        }
+    }
+    bound
+}
+
+impl<'a> Scheduler<'a> {
+    pub(crate) fn new(input: &'a Input, trace_pod: Option<usize>) -> Scheduler<'a> {
+        let respect = !input.options.ignore_preferences;
+        let index = resource_index(input);
+        let cat_reqs: Vec<Requirements> = input
+            .catalog
+            .types()
+            .iter()
+            .map(instance_requirements)
+            .collect();
+        let mut warnings = input.warnings.clone();
+        let ds_requests: Vec<Res> = input
+            .daemonsets
+            .iter()
+            .map(|p| pod_requests(&index, p))
+            .collect();
+
+        let order = pools_by_weight(input);
+        let tolerate_prefer_no_schedule = input.pools.iter().any(|p| {
+            p.taints
+                .iter()
+                .any(|t| t.effect == Effect::PreferNoSchedule)
+        });
+        let mut pools = Vec::new();
+        for &pi in &order {
+            if let Some(p) = prepare_pool(input, pi, &index, &cat_reqs, &ds_requests, &mut warnings)
+            {
+                pools.push(p);
+            }
+        }
+
+        let keys = topology_keys(input);
+        let universe = domain_universe(input, &order, &cat_reqs, &keys);
+        let bound = bound_pods(input, &mut warnings);
+        let mut topology = Topology::new(
+            universe,
+            &input.nodes,
+            bound.clone(),
+            input.pods.len(),
+            respect,
+        );
+
+        let mut s = Scheduler {
+            input,
+            index,
+            cat_reqs,
+            pools,
+            claims: Vec::new(),
+            order: Vec::new(),
+            existing: Vec::new(),
+            topology: Topology::new(BTreeMap::new(), &[], Vec::new(), 0, respect),
+            data: Vec::new(),
+            tolerate_prefer_no_schedule,
+            trace_pod,
+            trace: Trace::default(),
+            warnings,
+            placements: vec![None; input.pods.len()],
+            no_pools: input.pools.is_empty(),
+            topo_keys: keys.iter().filter(|k| *k != HOSTNAME).cloned().collect(),
+        };
+        s.add_existing_nodes(&bound, &mut topology, &ds_requests);
+
+        s.data = input.pods.iter().map(|p| s.pod_data(p)).collect();
+        for (i, p) in input.pods.iter().enumerate() {
+            if p.invalid.is_none() {
+                topology.update(i, p);
+            }
+        }
+        s.topology = topology;
+        s
+    }
+
+    /// A pod's requests and requirements as the scheduler reads them.
+    pub(super) fn pod_data(&self, pod: &Pod) -> PodData {
+        let (reqs, strict) = pod_requirements(pod, !self.input.options.ignore_preferences);
+        PodData {
+            requests: pod_requests(&self.index, pod),
+            reqs,
+            strict,
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The loop (`scheduler.go` `Solve`, `queue.go`): pods in queue order, each trying existing
+//! nodes, then in-flight NodeClaims, then a new NodeClaim per NodePool, relaxing its
+//! preferences when nothing takes it.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::outcome::{Attempt, Outcome, Placement, PodError};
+use super::relax::relax;
+use super::{GO_SORT_EXACT, Scheduler};
+use crate::model::Pod;
+use crate::res;
+
+impl Scheduler<'_> {
+    pub(crate) fn solve(mut self) -> Outcome {
+        let input = self.input;
+        let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+        let mut queue_pods: Vec<usize> = Vec::new();
+        for (i, p) in input.pods.iter().enumerate() {
+            match &p.invalid {
+                Some(reason) => {
+                    errors.insert(i, reason.clone());
+                }
+                None if self.no_pools => {
+                    errors.insert(i, "no nodepools found".into());
+                }
+                None => queue_pods.push(i),
+            }
+        }
+        // Queue order: CPU, then memory, descending; then creation time; then input order.
+        queue_pods.sort_by(|&a, &b| {
+            let (da, db) = (&self.data[a].requests, &self.data[b].requests);
+            db[0]
+                .cmp(&da[0])
+                .then(db[1].cmp(&da[1]))
+                .then_with(|| input.pods[a].created.cmp(&input.pods[b].created))
+                .then(a.cmp(&b))
+        });
+        let mut queue: VecDeque<usize> = queue_pods.into();
+        let mut last_len: HashMap<usize, usize> = HashMap::new();
+        while let Some(&pid) = queue.front() {
+            if last_len.get(&pid) == Some(&queue.len()) {
+                break;
+            }
+            queue.pop_front();
+            if Some(pid) == self.trace_pod {
+                self.trace.attempts.clear();
+                self.trace.relaxations.clear();
+                self.trace.passes += 1;
+            }
+            match self.try_schedule(pid) {
+                Ok(()) => {
+                    errors.remove(&pid);
+                }
+                Err(e) => {
+                    errors.insert(pid, e.text());
+                    let original = &input.pods[pid];
+                    self.topology.update(pid, original);
+                    self.data[pid] = self.pod_data(original);
+                    queue.push_back(pid);
+                    last_len.insert(pid, queue.len());
+                }
+            }
+        }
+        self.finish(errors)
+    }
+
+    fn try_schedule(&mut self, pid: usize) -> Result<(), PodError> {
+        let input = self.input;
+        let mut pod: Cow<'_, Pod> = Cow::Borrowed(&input.pods[pid]);
+        loop {
+            let err = match self.add(pid, &pod) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let Some(step) = relax(pod.to_mut(), self.tolerate_prefer_no_schedule) else {
+                return Err(err);
+            };
+            if Some(pid) == self.trace_pod {
+                self.trace.relaxations.push(step);
+                self.trace.attempts.clear();
+            }
+            self.topology.update(pid, &pod);
+            self.data[pid] = self.pod_data(&pod);
+        }
+    }
+
+    fn note(&mut self, pid: usize, target: String, outcome: Result<(), String>) {
+        if Some(pid) == self.trace_pod {
+            self.trace.attempts.push(Attempt { target, outcome });
+        }
+    }
+
+    fn add(&mut self, pid: usize, pod: &Pod) -> Result<(), PodError> {
+        let traced = self.trace_pod == Some(pid);
+        for e in 0..self.existing.len() {
+            let r = self.existing_can_add(e, pid, pod);
+            if traced {
+                let target = format!(
+                    "existing node {}",
+                    self.input.nodes[self.existing[e].node].name
+                );
+                self.note(pid, target, r.as_ref().map(|_| ()).map_err(Clone::clone));
+            }
+            if let Ok(reqs) = r {
+                let data = &self.data[pid];
+                let node = &mut self.existing[e];
+                res::sub(&mut node.remaining, &data.requests);
+                node.pods.push(pid);
+                node.host_ports.extend(pod.host_ports.iter().cloned());
+                let taints = node.taints.clone();
+                self.topology.record(pid, pod, &taints, &reqs);
+                self.existing[e].reqs = reqs;
+                self.placements[pid] = Some(Placement::Existing(e));
+                return Ok(());
+            }
+        }
+        // In-flight NodeClaims, fewest pods first, in the order Go's sort leaves them.
+        if self.claims.len() <= GO_SORT_EXACT {
+            let claims = &self.claims;
+            crate::gosort::sort_slice(&mut self.order, |&a, &b| {
+                claims[a].pods.len() < claims[b].pods.len()
+            });
+        }
+        let order = std::mem::take(&mut self.order);
+        let mut chosen = None;
+        // Exact prefilters, prepared once per pod: hostname (anti-)affinity/spread counts, and
+        // the topology verdict for claims already narrowed to one domain of a key.
+        let host_plan = self.topology.host_plan(pid, pod);
+        let keys: Vec<usize> = self
+            .topology
+            .keys_for(pid, pod)
+            .iter()
+            .filter_map(|k| self.topo_keys.iter().position(|t| t == k))
+            .collect();
+        let mut memo: Vec<(usize, u32, bool)> = Vec::new();
+        for &c in &order {
+            let count = self.claims[c].pods.len();
+            if !traced {
+                let claim = &self.claims[c];
+                if !self.topology.host_ok(&host_plan, claim.host) {
+                    continue;
+                }
+                let mut skip = false;
+                for &ki in &keys {
+                    let d = claim.singles[ki];
+                    if d == u32::MAX {
+                        continue;
+                    }
+                    let ok = match memo.iter().find(|(i, dd, _)| *i == ki && *dd == d) {
+                        Some((_, _, ok)) => *ok,
+                        None => {
+                            let domain = self.topology.domain_name(d).to_owned();
+                            let ok = self.topology.key_allows(
+                                pid,
+                                pod,
+                                &self.data[pid].strict,
+                                &self.topo_keys[ki],
+                                &domain,
+                            );
+                            memo.push((ki, d, ok));
+                            ok
+                        }
+                    };
+                    if !ok {
+                        skip = true;
+                        break;
+                    }
+                }
+                if skip {
+                    continue;
+                }
+            }
+            let r = self.claim_can_add(c, pid, pod, true);
+            if traced {
+                let target = format!(
+                    "in-flight NodeClaim {} (nodepool {}, {count} pods)",
+                    self.claims[c].hostname, self.pools[self.claims[c].pool].name
+                );
+                let outcome = match &r {
+                    Ok(_) => Ok(()),
+                    Err(reason) => Err(reason.clone().unwrap_or_default()),
+                };
+                self.note(pid, target, outcome);
+            }
+            if let Ok(ok) = r {
+                chosen = Some((c, ok));
+                break;
+            }
+        }
+        self.order = order;
+        if let Some((c, (reqs, types))) = chosen {
+            self.claim_add(c, pid, pod, reqs, types);
+            return Ok(());
+        }
+        if self.pools.is_empty() {
+            return Err(PodError::general(
+                "nodepool requirements filtered out all available instance types",
+            ));
+        }
+        let mut errs = Vec::new();
+        for p in 0..self.pools.len() {
+            let name = self.pools[p].name.clone();
+            let target = format!("new NodeClaim from nodepool {name}");
+            match self.new_claim(p, pid, pod) {
+                Ok(()) => {
+                    self.note(pid, target, Ok(()));
+                    return Ok(());
+                }
+                Err(reason) => {
+                    self.note(pid, target, Err(reason.clone()));
+                    errs.push((name, reason));
+                }
+            }
+        }
+        Err(PodError {
+            general: None,
+            pools: errs,
+        })
+    }
+}

@@ -1,0 +1,37 @@
+//! `spec.gpu`: the NVIDIA stack GPU pools need.
+
+use super::*;
+
+pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let has_gpu_pool = spec
+        .pools
+        .iter()
+        .any(|pool| pool.pool_type == PoolType::Gpu);
+    match &spec.gpu {
+        None if has_gpu_pool => p.push((
+            at.key("gpu"),
+            "GPU pools need driverVersion, cudaVersion and devicePluginVersion".into(),
+        )),
+        Some(gpu) => {
+            let at = at.key("gpu");
+            if !IMAGE_TAG.is_match(&gpu.device_plugin_version) {
+                p.push((
+                    at.key("devicePluginVersion"),
+                    "must be an image tag like v0.17.0".into(),
+                ));
+            }
+            for (field, value) in [
+                ("driverVersion", &gpu.driver_version),
+                ("cudaVersion", &gpu.cuda_version),
+            ] {
+                if value.is_empty() || !value.chars().all(|c| c.is_ascii_digit() || c == '.') {
+                    p.push((
+                        at.key(field),
+                        format!("{value:?} is not a version like 12.4"),
+                    ));
+                }
+            }
+        }
+        None => {}
+    }
+}
