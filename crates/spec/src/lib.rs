@@ -6,8 +6,10 @@
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
+pub mod ca;
 pub mod kubean_support;
 mod load;
+pub mod names;
 pub mod types;
 mod validate;
 
