@@ -109,7 +109,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     }
     let mut out = std::io::stdout().lock();
     if let Some(pod) = &args.explain {
-        let e = kk_sim::explain(&input, pod).map_err(Failure)?;
+        let e = kk_sim::explain(&input, pod).map_err(|e| Failure(e.to_string()))?;
         if args.output == "json" {
             writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
         } else {
