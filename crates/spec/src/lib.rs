@@ -14,7 +14,7 @@ pub mod types;
 mod validate;
 
 pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
-pub use load::{LoadedSpec, SpecError, parse_spec};
+pub use load::{LoadedSpec, SpecError, parse_spec, spec_from_documents};
 pub use types::*;
 pub use validate::{node_class_name, validate};
 
