@@ -73,7 +73,7 @@ pub use offerings::{
 pub use resources::Resources;
 pub use types::{
     Accelerator, Arch, CapacityType, DocumentedAllocatable, EniLimits, Gpu, InstanceType, Labels,
-    Offering,
+    Offering, UnknownValue,
 };
 
 /// Where the EC2 data came from (the `source` field of the shared JSON).

@@ -99,7 +99,9 @@ impl PriceTable {
             if instance_type.is_empty() || zone.is_empty() {
                 return Err(err("instance_type and zone must not be empty".into()));
             }
-            let capacity_type: CapacityType = capacity_type.parse().map_err(err)?;
+            let capacity_type: CapacityType = capacity_type
+                .parse()
+                .map_err(|e: crate::types::UnknownValue| err(e.to_string()))?;
             let price: f64 = price
                 .parse()
                 .ok()

@@ -38,15 +38,22 @@ impl fmt::Display for Arch {
     }
 }
 
+/// A word that is not one of the values an enum of this crate takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownValue {
+    #[error("unknown architecture {0:?} (expected amd64 or arm64)")]
+    Arch(String),
+    #[error("unknown capacity type {0:?} (expected spot or on-demand)")]
+    CapacityType(String),
+}
+
 impl FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
         match s {
             "amd64" => Ok(Arch::Amd64),
             "arm64" => Ok(Arch::Arm64),
-            _ => Err(format!(
-                "unknown architecture {s:?} (expected amd64 or arm64)"
-            )),
+            _ => Err(UnknownValue::Arch(s.to_owned())),
         }
     }
 }
@@ -77,14 +84,12 @@ impl fmt::Display for CapacityType {
 }
 
 impl FromStr for CapacityType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
         match s {
             "on-demand" => Ok(CapacityType::OnDemand),
             "spot" => Ok(CapacityType::Spot),
-            _ => Err(format!(
-                "unknown capacity type {s:?} (expected spot or on-demand)"
-            )),
+            _ => Err(UnknownValue::CapacityType(s.to_owned())),
         }
     }
 }

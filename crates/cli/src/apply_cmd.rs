@@ -1,7 +1,6 @@
 //! `apply`: ordered server-side apply of a spec's bundle, a rendered bundle directory or
 //! manifest files, after a server-side dry run of every object.
 
-use std::io::Read;
 use std::path::Path;
 
 use kk_live::{ApplyError, ApplyOptions, ClientOptions};
@@ -54,21 +53,6 @@ fn read_manifests(text: &str, source: &str, out: &mut Vec<(String, Value)>) -> R
     Ok(())
 }
 
-fn yaml_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), Failure> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
-    for entry in entries {
-        let path = entry
-            .map_err(|e| Failure(format!("{}: {e}", dir.display())))?
-            .path();
-        if path.is_dir() {
-            yaml_files(&path, out)?;
-        } else if path.extension().is_some_and(|x| x == "yaml" || x == "yml") {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
 /// (source, object) pairs in apply order.
 type Objects = Vec<(String, Value)>;
 
@@ -105,56 +89,33 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
     let mut collected = Collected::default();
     let mut objects = Vec::new();
     for arg in paths {
-        if arg == "-" {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text)?;
-            read_manifests(&text, "<stdin>", &mut objects)?;
-            continue;
-        }
-        let path = Path::new(arg);
-        if path.is_dir() {
-            let mut files = Vec::new();
-            yaml_files(path, &mut files)?;
-            files.sort();
-            if path.join("ORDER.md").is_file() {
-                // A rendered bundle: its own apply order, Helm values left out.
-                let mut bundle = Bundle::default();
-                for file in files {
-                    let rel = file
-                        .strip_prefix(path)
-                        .unwrap_or(&file)
-                        .to_string_lossy()
-                        .to_string();
-                    let text = std::fs::read_to_string(&file)
-                        .map_err(|e| Failure(format!("{}: {e}", file.display())))?;
-                    bundle.files.insert(rel, text);
-                }
-                for (rel, value) in bundle.manifests() {
-                    collected.push(format!("{arg}/{rel}"), &rel, value);
-                }
-            } else {
-                for file in files {
-                    let text = std::fs::read_to_string(&file)
-                        .map_err(|e| Failure(format!("{}: {e}", file.display())))?;
-                    read_manifests(&text, &file.display().to_string(), &mut objects)?;
-                }
+        let read = crate::sources::read_arg(arg)?;
+        if read.bundle {
+            // A rendered bundle: its own apply order, Helm values left out.
+            let mut bundle = Bundle::default();
+            for source in read.sources {
+                bundle.files.insert(source.rel, source.text);
+            }
+            for (rel, value) in bundle.manifests() {
+                collected.push(format!("{arg}/{rel}"), &rel, value);
             }
             continue;
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{arg}: {e}")))?;
-        if text.contains("kind: ElasticCluster") {
-            let (loaded, base) = crate::load_spec(arg)?;
-            let bundle = crate::files::render_spec(&loaded, &base)?;
+        for source in read.sources {
+            let Some(loaded) = &source.spec else {
+                read_manifests(&source.text, &source.name, &mut objects)?;
+                continue;
+            };
+            let base = &source.base_dir;
+            let bundle = crate::files::render_spec(loaded, base)?;
             for (rel, value) in bundle.manifests() {
-                collected.push(format!("{arg}#{rel}"), &rel, value);
+                collected.push(format!("{}#{rel}", source.name), &rel, value);
             }
             let spec = &loaded.spec.spec;
             collected.management_access = collected
                 .management_access
-                .or(access_of(&spec.kubean.management_cluster, &base));
-            collected.cluster_access = collected.cluster_access.or(access_of(&spec.access, &base));
-        } else {
-            read_manifests(&text, arg, &mut objects)?;
+                .or(access_of(&spec.kubean.management_cluster, base));
+            collected.cluster_access = collected.cluster_access.or(access_of(&spec.access, base));
         }
     }
     // Plain manifests go to the new cluster.

@@ -135,7 +135,7 @@ fn filter(args: &CatalogArgs, catalog: &Catalog) -> Result<Filter, Failure> {
     }
     let arch = match args.arch.as_deref() {
         None => None,
-        Some(a) => Some(a.parse::<Arch>().map_err(Failure)?),
+        Some(a) => Some(a.parse::<Arch>().map_err(|e| Failure(e.to_string()))?),
     };
     Ok(Filter {
         name: args.instance_type.clone(),

@@ -3,20 +3,15 @@
 //! prints the report and picks the exit code (0 clean, 1 findings at or above --fail-on,
 //! 2 usage or input error).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kk_lint::config::CONFIG_FILE_NAME;
-use kk_lint::input::{MAX_FILE_BYTES, too_big};
 use kk_lint::output::Format;
 use kk_lint::{Config, Input, Severity};
-use kk_model::yaml::{LoadLimits, load_documents};
 
-use crate::{Failure, files, load_text};
-
-/// Directory levels followed below a PATH; deeper trees are refused, not truncated.
-const MAX_DIR_DEPTH: usize = 32;
+use crate::{Failure, sources};
 
 #[derive(clap::Args)]
 pub struct LintArgs {
@@ -94,125 +89,22 @@ fn load_config(explicit: Option<&Path>) -> Result<Config, Failure> {
         return Ok(Config::default());
     };
     let name = path.display().to_string();
-    let bytes = read_limited(&path, &name)?;
-    let text = String::from_utf8(bytes).map_err(|_| Failure(format!("{name}: not UTF-8 text")))?;
+    let text = sources::read_text(&path, &name)?;
     Config::parse(&text, &name).map_err(|e| Failure(e.to_string()))
 }
 
-/// The inputs one PATH argument stands for.
+/// The inputs one PATH argument stands for: a spec becomes the YAML files of its rendered
+/// bundle (`<spec>#<bundle path>`); anything else is linted as it is.
 fn read_path(arg: &str) -> Result<Vec<Input>, Failure> {
-    if arg == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
-            .take(MAX_FILE_BYTES as u64 + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| Failure(format!("<stdin>: {e}")))?;
-        if bytes.len() > MAX_FILE_BYTES {
-            return Err(Failure(format!("<stdin>: {}", too_big(bytes.len()))));
-        }
-        let input = Input::from_bytes("<stdin>", bytes).map_err(|e| Failure(e.to_string()))?;
-        return expand_spec(input, Path::new("."));
-    }
-    let path = Path::new(arg);
-    let meta = std::fs::metadata(path).map_err(|e| Failure(format!("{arg}: {e}")))?;
-    let files = if meta.is_dir() {
-        let mut found = Vec::new();
-        walk(path, 0, &mut found)?;
-        found
-    } else {
-        vec![path.to_path_buf()]
-    };
     let mut inputs = Vec::new();
-    for file in files {
-        let name = file.display().to_string();
-        let bytes = read_limited(&file, &name)?;
-        let input = Input::from_bytes(name, bytes).map_err(|e| Failure(e.to_string()))?;
-        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-        inputs.extend(expand_spec(input, &base)?);
+    for source in sources::read_arg(arg)?.sources {
+        if source.spec.is_some() {
+            for (name, text) in sources::rendered_yaml(&source)? {
+                inputs.push(Input::rendered(name, text, &source.name));
+            }
+        } else {
+            inputs.push(Input::new(source.name, source.text));
+        }
     }
     Ok(inputs)
-}
-
-/// Every *.yaml / *.yml below `dir`, sorted, hidden entries and symlinked directories skipped.
-fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Failure> {
-    if depth > MAX_DIR_DEPTH {
-        return Err(Failure(format!(
-            "{}: more than {MAX_DIR_DEPTH} directory levels",
-            dir.display()
-        )));
-    }
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| Failure(format!("{}: {e}", dir.display())))?
-        .filter_map(Result::ok)
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .collect();
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let path = entry.path();
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            walk(&path, depth + 1, out)?;
-        } else if (kind.is_file() || (kind.is_symlink() && path.is_file()))
-            && path.extension().is_some_and(|x| x == "yaml" || x == "yml")
-        {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-/// Reads at most the size limit, so a huge file or a device never fills memory.
-fn read_limited(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
-    let file = std::fs::File::open(path).map_err(|e| Failure(format!("{name}: {e}")))?;
-    if let Ok(meta) = file.metadata()
-        && meta.len() > MAX_FILE_BYTES as u64
-    {
-        return Err(Failure(format!("{name}: {}", too_big(meta.len() as usize))));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Failure(format!("{name}: {e}")))?;
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(Failure(format!("{name}: {}", too_big(bytes.len()))));
-    }
-    Ok(bytes)
-}
-
-/// A spec becomes the YAML files of its rendered bundle (`<spec>#<bundle path>`); anything
-/// else is linted as it is.
-fn expand_spec(input: Input, base_dir: &Path) -> Result<Vec<Input>, Failure> {
-    if !is_spec(&input.text) {
-        return Ok(vec![input]);
-    }
-    let loaded = load_text(&input.text, &input.name)?;
-    let bundle = files::render_spec(&loaded, base_dir)?;
-    Ok(bundle
-        .files
-        .iter()
-        .filter(|(path, _)| path.ends_with(".yaml") || path.ends_with(".yml"))
-        .map(|(path, text)| {
-            Input::rendered(format!("{}#{path}", input.name), text.clone(), &input.name)
-        })
-        .collect())
-}
-
-/// Whether the text holds an ElasticCluster document. Unparseable text is not a spec here;
-/// the linter reports it.
-fn is_spec(text: &str) -> bool {
-    if !text.contains("ElasticCluster") {
-        return false;
-    }
-    let limits = LoadLimits {
-        max_bytes: MAX_FILE_BYTES,
-        max_depth: kk_lint::input::MAX_DEPTH,
-        max_nodes: kk_lint::input::MAX_FILE_VALUES,
-    };
-    load_documents(text, limits).is_ok_and(|docs| {
-        docs.iter()
-            .any(|d| d.value.get("kind").and_then(|k| k.as_str()) == Some("ElasticCluster"))
-    })
 }

@@ -14,13 +14,14 @@ mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
+mod sources;
 mod token_cmd;
 mod version_cmd;
 
 #[cfg(test)]
 mod civil_date;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -193,34 +194,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
 
 /// Reads a spec from a path or `-`; returns it with the directory relative paths resolve against.
 pub(crate) fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
-    if arg == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| Failure(format!("<stdin>: {e}")))?;
-        return Ok((load_text(&text, "<stdin>")?, PathBuf::from(".")));
-    }
-    let bytes = std::fs::read(arg).map_err(|e| Failure(format!("{arg}: {e}")))?;
-    let text = String::from_utf8(bytes).map_err(|_| Failure(format!("{arg}: not UTF-8 text")))?;
-    let base = Path::new(arg)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    Ok((load_text(&text, arg)?, base))
+    sources::read_spec(arg)
 }
 
 fn load_text(text: &str, file: &str) -> Result<LoadedSpec, Failure> {
-    parse_spec(text, file).map_err(|errors| {
-        let count = errors.len();
-        let mut message = errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join("\nerror: ");
-        message.push_str(&format!(
-            "\n{count} problem{} in {file}; nothing written",
-            if count == 1 { "" } else { "s" }
-        ));
-        Failure(message)
-    })
+    parse_spec(text, file).map_err(|errors| sources::spec_failure(&errors, file))
 }

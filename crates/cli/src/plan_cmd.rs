@@ -4,17 +4,12 @@
 //!
 //! Exit codes: 0 every pod placed, 1 some pods Pending, 2 usage or input error.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
 use std::process::ExitCode;
 
-use kk_model::yaml::{LoadLimits, load_documents};
 use kk_sim::{LoadOptions, SourceFile};
 
-use crate::{Failure, files, load_text};
-
-/// Largest input file read.
-const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+use crate::{Failure, sources};
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -72,11 +67,11 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     }
     let mut workload_files = Vec::new();
     for p in &args.workloads {
-        workload_files.extend(read_inputs(p)?);
+        workload_files.extend(read_inputs(p)?.into_iter().map(as_source));
     }
     let mut node_files = Vec::new();
     for p in &args.nodes {
-        node_files.extend(read_inputs(p)?);
+        node_files.extend(read_inputs(p)?.into_iter().map(as_source));
     }
     let opts = LoadOptions {
         scale: args.scale.clone(),
@@ -109,7 +104,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     }
     let mut out = std::io::stdout().lock();
     if let Some(pod) = &args.explain {
-        let e = kk_sim::explain(&input, pod).map_err(Failure)?;
+        let e = kk_sim::explain(&input, pod).map_err(|e| Failure(e.to_string()))?;
         if args.output == "json" {
             writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
         } else {
@@ -130,83 +125,22 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     })
 }
 
-/// A file, every *.yaml / *.yml below a directory (sorted), or standard input.
-fn read_inputs(arg: &str) -> Result<Vec<SourceFile>, Failure> {
-    if arg == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .take(MAX_FILE_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| Failure(format!("<stdin>: {e}")))?;
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(Failure(format!("<stdin>: over {MAX_FILE_BYTES} bytes")));
-        }
-        return Ok(vec![SourceFile::new("<stdin>", text)]);
-    }
-    let path = Path::new(arg);
-    let mut paths = Vec::new();
-    if path.is_dir() {
-        collect(path, &mut paths, 0)?;
-        paths.sort();
-    } else {
-        paths.push(path.to_path_buf());
-    }
-    paths
-        .into_iter()
-        .map(|p| {
-            let name = p.display().to_string();
-            let meta = std::fs::metadata(&p).map_err(|e| Failure(format!("{name}: {e}")))?;
-            if meta.len() > MAX_FILE_BYTES {
-                return Err(Failure(format!("{name}: over {MAX_FILE_BYTES} bytes")));
-            }
-            let bytes = std::fs::read(&p).map_err(|e| Failure(format!("{name}: {e}")))?;
-            let text =
-                String::from_utf8(bytes).map_err(|_| Failure(format!("{name}: not UTF-8 text")))?;
-            Ok(SourceFile::new(name, text))
-        })
-        .collect()
+/// The files of one PATH argument (see [`sources`]), as the planner reads them.
+fn read_inputs(arg: &str) -> Result<Vec<sources::NamedSource>, Failure> {
+    Ok(sources::read_arg(arg)?.sources)
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), Failure> {
-    if depth > 16 {
-        return Err(Failure(format!(
-            "{}: directories nested too deep",
-            dir.display()
-        )));
-    }
-    let entries = std::fs::read_dir(dir).map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
-        let p = entry.path();
-        if p.is_dir() {
-            collect(&p, out, depth + 1)?;
-        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(p);
-        }
-    }
-    Ok(())
+fn as_source(s: sources::NamedSource) -> SourceFile {
+    SourceFile::new(s.name, s.text)
 }
 
 /// An ElasticCluster spec becomes its rendered bundle's YAML files (`<spec>#<bundle path>`).
-fn expand_spec(input: SourceFile) -> Result<Vec<SourceFile>, Failure> {
-    let is_spec = input.text.contains("ElasticCluster")
-        && load_documents(&input.text, LoadLimits::default()).is_ok_and(|docs| {
-            docs.iter()
-                .any(|d| d.value.get("kind").and_then(|k| k.as_str()) == Some("ElasticCluster"))
-        });
-    if !is_spec {
-        return Ok(vec![input]);
+fn expand_spec(input: sources::NamedSource) -> Result<Vec<SourceFile>, Failure> {
+    if input.spec.is_none() {
+        return Ok(vec![as_source(input)]);
     }
-    let loaded = load_text(&input.text, &input.name)?;
-    let base_dir = Path::new(&input.name)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let bundle = files::render_spec(&loaded, &base_dir)?;
-    Ok(bundle
-        .files
-        .iter()
-        .filter(|(path, _)| path.ends_with(".yaml") || path.ends_with(".yml"))
-        .map(|(path, text)| SourceFile::new(format!("{}#{path}", input.name), text.clone()))
+    Ok(sources::rendered_yaml(&input)?
+        .into_iter()
+        .map(|(name, text)| SourceFile::new(name, text))
         .collect())
 }

@@ -9,9 +9,11 @@
 //! Karpenter's own scheduler by its differential test), `kk-lint` and `kk-spec` build on it; a
 //! fix to a semantic goes here, so that lint and plan cannot disagree.
 
+pub mod error;
 pub mod labels;
 pub mod req;
 pub mod taint;
 
+pub use error::ParseError;
 pub use req::{Conflict, Operator, Requirement, Requirements};
 pub use taint::{Effect, Taint, Toleration, TolerationOp, untolerated};

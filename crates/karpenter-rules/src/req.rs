@@ -14,6 +14,7 @@
 //! intersect — where two "negative" requirements (NotIn/DoesNotExist) are always compatible, since
 //! a node without the label satisfies both.
 
+use crate::error::ParseError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -33,7 +34,7 @@ pub enum Operator {
 }
 
 impl Operator {
-    pub fn parse(text: &str) -> Result<Operator, String> {
+    pub fn parse(text: &str) -> Result<Operator, ParseError> {
         Ok(match text {
             "In" => Operator::In,
             "NotIn" => Operator::NotIn,
@@ -43,11 +44,7 @@ impl Operator {
             "Lt" => Operator::Lt,
             "Gte" => Operator::Gte,
             "Lte" => Operator::Lte,
-            other => {
-                return Err(format!(
-                    "unsupported operator {other:?} (expected In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)"
-                ));
-            }
+            other => return Err(ParseError::Operator(other.to_owned())),
         })
     }
 
@@ -87,22 +84,21 @@ pub struct Requirement {
 
 impl Requirement {
     /// Builds a requirement. `Gt`/`Lt`/`Gte`/`Lte` need exactly one integer value; `In` at least one.
-    pub fn new<S: AsRef<str>>(op: Operator, values: &[S]) -> Result<Requirement, String> {
+    pub fn new<S: AsRef<str>>(op: Operator, values: &[S]) -> Result<Requirement, ParseError> {
         let owned = || values.iter().map(|v| v.as_ref().to_owned()).collect();
-        let bound = || -> Result<i64, String> {
+        let bound = || -> Result<i64, ParseError> {
             match values {
-                [one] => one.as_ref().parse::<i64>().map_err(|_| {
-                    format!(
-                        "operator {} needs one integer value, not {:?}",
-                        op.as_str(),
-                        one.as_ref()
-                    )
+                [one] => one
+                    .as_ref()
+                    .parse::<i64>()
+                    .map_err(|_| ParseError::NotInteger {
+                        operator: op.as_str(),
+                        value: one.as_ref().to_owned(),
+                    }),
+                _ => Err(ParseError::BoundCount {
+                    operator: op.as_str(),
+                    found: values.len(),
                 }),
-                _ => Err(format!(
-                    "operator {} needs exactly one integer value, found {}",
-                    op.as_str(),
-                    values.len()
-                )),
             }
         };
         Ok(match op {

@@ -1,6 +1,7 @@
 //! Taints and tolerations: Kubernetes' `Toleration.ToleratesTaint` (every operator, Gt/Lt
 //! included, and every effect), and "does the pod tolerate these taints", written once.
 
+use crate::error::ParseError;
 use std::fmt;
 
 /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
@@ -12,14 +13,12 @@ pub enum Effect {
 }
 
 impl Effect {
-    pub fn parse(text: &str) -> Result<Effect, String> {
+    pub fn parse(text: &str) -> Result<Effect, ParseError> {
         match text {
             "NoSchedule" => Ok(Effect::NoSchedule),
             "PreferNoSchedule" => Ok(Effect::PreferNoSchedule),
             "NoExecute" => Ok(Effect::NoExecute),
-            other => Err(format!(
-                "unknown taint effect {other:?} (expected NoSchedule, PreferNoSchedule or NoExecute)"
-            )),
+            other => Err(ParseError::Effect(other.to_owned())),
         }
     }
 
@@ -73,13 +72,13 @@ pub enum TolerationOp {
 
 impl TolerationOp {
     /// `Equal` (also the empty default), `Exists`, `Gt` or `Lt`.
-    pub fn parse(text: &str) -> Result<TolerationOp, String> {
+    pub fn parse(text: &str) -> Result<TolerationOp, ParseError> {
         match text {
             "Equal" | "" => Ok(TolerationOp::Equal),
             "Exists" => Ok(TolerationOp::Exists),
             "Gt" => Ok(TolerationOp::Gt),
             "Lt" => Ok(TolerationOp::Lt),
-            other => Err(format!("unknown toleration operator {other:?}")),
+            other => Err(ParseError::TolerationOperator(other.to_owned())),
         }
     }
 }
@@ -111,15 +110,15 @@ impl Toleration {
         effect: Option<&str>,
     ) -> Result<Toleration, TolerationError> {
         let operator =
-            TolerationOp::parse(operator.unwrap_or("")).map_err(|message| TolerationError {
+            TolerationOp::parse(operator.unwrap_or("")).map_err(|e| TolerationError {
                 field: "operator",
-                message,
+                message: e.to_string(),
             })?;
         let effect = match effect.unwrap_or("") {
             "" => None,
-            e => Some(Effect::parse(e).map_err(|message| TolerationError {
+            e => Some(Effect::parse(e).map_err(|e| TolerationError {
                 field: "effect",
-                message,
+                message: e.to_string(),
             })?),
         };
         Ok(Toleration {

@@ -7,16 +7,25 @@ use crate::rule::Rule;
 /// The sections every rule's `DOC` has, in this order.
 pub const SECTIONS: [&str; 4] = ["## What", "## Why", "## Example", "## Fix"];
 
+/// How a rule's `DOC` breaks the four-section layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DocError {
+    #[error("sections are {0:?}, expected {SECTIONS:?} in that order")]
+    Sections(Vec<String>),
+    #[error("section {0:?} is empty")]
+    Empty(&'static str),
+}
+
 /// Checks that `doc` has exactly the four sections, in order, each with text.
-pub fn check_doc(doc: &str) -> Result<(), String> {
+pub fn check_doc(doc: &str) -> Result<(), DocError> {
     let headings: Vec<&str> = doc
         .lines()
         .filter(|l| l.starts_with("## "))
         .map(str::trim_end)
         .collect();
     if headings != SECTIONS {
-        return Err(format!(
-            "sections are {headings:?}, expected {SECTIONS:?} in that order"
+        return Err(DocError::Sections(
+            headings.into_iter().map(str::to_owned).collect(),
         ));
     }
     for (i, heading) in SECTIONS.iter().enumerate() {
@@ -29,7 +38,7 @@ pub fn check_doc(doc: &str) -> Result<(), String> {
             .get(start..end)
             .is_none_or(|body| body.trim().is_empty())
         {
-            return Err(format!("section {heading:?} is empty"));
+            return Err(DocError::Empty(heading));
         }
     }
     Ok(())

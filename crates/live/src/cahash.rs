@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kk_render::ClusterCa;
+use kk_spec::ca::ClusterCa;
 use kube::Client;
 use kube::api::Api;
 
@@ -33,7 +33,7 @@ pub fn from_pem(pem: &[u8], origin: &str) -> Result<String, CaHashError> {
         .map(|ca| ca.cert_hash)
         .map_err(|e| CaHashError::Certificate {
             origin: origin.to_owned(),
-            message: e.to_string(),
+            message: format!("CA bundle: {e}"),
         })
 }
 
@@ -53,7 +53,7 @@ pub fn from_client_config(config: &kube::Config) -> Result<String, CaHashError> 
     if let Some(der) = config.root_cert.as_ref().and_then(|certs| certs.first()) {
         return ClusterCa::hash_der(der).map_err(|e| CaHashError::Certificate {
             origin: "kubeconfig".into(),
-            message: e.to_string(),
+            message: format!("CA bundle: {e}"),
         });
     }
     if let Some(path) = &config.root_cert_file {

@@ -37,7 +37,7 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
-    /// The default store name for a cluster, as `kk_render::names::join_store` spells it.
+    /// The default store name for a cluster, as `kk_spec::names::join_store` spells it.
     pub fn default_name(self, cluster: &str) -> String {
         match self {
             StoreKind::Ssm => format!("/kubean-karpenter/{cluster}/join"),
@@ -688,7 +688,7 @@ mod tests {
             let kind = StoreKind::from_join_mode(mode).unwrap();
             assert_eq!(
                 kind.default_name(&cluster.metadata.name),
-                kk_render::names::join_store(&cluster.spec, &cluster.metadata.name)
+                kk_spec::names::join_store(&cluster.spec, &cluster.metadata.name)
             );
         }
     }

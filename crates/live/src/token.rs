@@ -24,11 +24,11 @@ pub const SECRET_PREFIX: &str = "bootstrap-token-";
 /// Kubespray's own joins use it; our tokens do not (see [`JOIN_TOKEN_GROUP`]).
 pub const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The group our tokens carry: join rights without kubeadm's blanket CSR auto-approval.
-pub const JOIN_TOKEN_GROUP: &str = kk_render::names::JOIN_TOKEN_GROUP;
+pub const JOIN_TOKEN_GROUP: &str = kk_spec::names::JOIN_TOKEN_GROUP;
 /// Every token Secret we create carries this label (the rotator deletes only these).
-pub const MANAGED_BY: (&str, &str) = kk_render::names::MANAGED_BY;
+pub const MANAGED_BY: (&str, &str) = kk_spec::names::MANAGED_BY;
 /// The cluster a managed token was made for (scopes the rotator's clean-up).
-pub const CLUSTER_LABEL: &str = kk_render::names::TOKEN_CLUSTER_LABEL;
+pub const CLUSTER_LABEL: &str = kk_spec::names::TOKEN_CLUSTER_LABEL;
 
 const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 

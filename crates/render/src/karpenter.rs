@@ -3,9 +3,9 @@
 use kk_spec::{CredentialSource, ElasticCluster};
 use serde_json::{Value, json};
 
-use crate::ca::ClusterCa;
 use crate::names::{self, INFRA_ROLE_LABEL};
 use crate::{Bundle, RenderError};
+use kk_spec::ca::ClusterCa;
 
 pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
     let spec = &cluster.spec;

@@ -6,7 +6,6 @@
 //! Pure and deterministic: the same spec and CA give the same bytes. Each module renders
 //! one family of artifacts from the spec; `render` puts them in a `Bundle` keyed by path.
 
-mod ca;
 mod cloud;
 mod gpu;
 mod iam;
@@ -25,7 +24,7 @@ use std::collections::BTreeMap;
 use kk_spec::ElasticCluster;
 use serde_json::Value;
 
-pub use ca::ClusterCa;
+pub use kk_spec::ca::{CaError, ClusterCa};
 
 /// Why a spec that passed validation still cannot be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +39,12 @@ pub enum RenderError {
     /// Serialising an artifact failed (a bug: every value we build is serialisable).
     #[error("cannot serialise {path}: {message}")]
     Serialize { path: String, message: String },
+}
+
+impl From<CaError> for RenderError {
+    fn from(e: CaError) -> Self {
+        RenderError::Ca(e.to_string())
+    }
 }
 
 /// The rendered files, keyed by relative path (sorted, so output order is stable).

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use kk_spec::{ClusterSpec, ElasticCluster, JoinMode, NodeRole, Pool, PoolType};
+use kk_spec::{ClusterSpec, ElasticCluster, NodeRole, Pool, PoolType};
 use serde_json::{Value, json};
 
 /// Label on every Karpenter-launched node (seed 000): `kubectl get nodes -l node.lifecycle=karpenter`.
@@ -11,23 +11,8 @@ pub const LIFECYCLE_LABEL: (&str, &str) = ("node.lifecycle", "karpenter");
 pub const ACCELERATOR_LABEL: (&str, &str) = ("node.accelerator", "nvidia-gpu");
 /// The infra role label Kubespray puts on infra nodes; Karpenter's controller selects it.
 pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
-/// Every object we create carries this label, so apply and prune can find our own.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
-/// The group our bootstrap tokens put their holders in (`auth-extra-groups`). It is bound
-/// only to what a join needs, never to kubeadm's CSR auto-approval: our approver signs off
-/// a node-client CSR only for an instance Karpenter launched (docs/join-credentials.md).
-pub const JOIN_TOKEN_GROUP: &str = "system:bootstrappers:kubean-karpenter";
-/// The cluster a managed token Secret was made for (scopes the rotator's deletes).
-pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
-
-/// The join configuration's store name, defaulted per mode.
-pub fn join_store(spec: &ClusterSpec, cluster: &str) -> String {
-    match (&spec.join.store_name, spec.join.mode) {
-        (Some(name), _) => name.clone(),
-        (None, JoinMode::SecretsManager) => format!("kubean-karpenter/{cluster}/join"),
-        (None, _) => format!("/kubean-karpenter/{cluster}/join"),
-    }
-}
+/// Names live, the CLI and render all use (defined in kk-spec, which live may depend on).
+pub use kk_spec::names::{JOIN_TOKEN_GROUP, MANAGED_BY, TOKEN_CLUSTER_LABEL, join_store};
 
 /// NodePool template labels (and so the kubelet's `--node-labels`).
 pub fn pool_labels(pool: &Pool) -> BTreeMap<String, String> {

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use kk_spec::{ElasticCluster, JoinMode};
 
-use crate::ca::ClusterCa;
 use crate::{Bundle, names};
+use kk_spec::ca::ClusterCa;
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
 const APPLY_ORDER: [&str; 8] = [

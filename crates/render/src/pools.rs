@@ -8,10 +8,10 @@ use kk_model::karpenter::*;
 use kk_spec::{Discovery, ElasticCluster, Pool, PoolType, node_class_name};
 use serde_json::Value;
 
-use crate::ca::ClusterCa;
 use crate::names::{self, MANAGED_BY};
 use crate::userdata::{self, NodeBoot};
 use crate::{Bundle, RenderError};
+use kk_spec::ca::ClusterCa;
 
 /// What later stages (verification workloads) need to know about a rendered pool.
 pub struct RenderedPool {

@@ -11,9 +11,9 @@
 use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
 use serde_json::{Value, json};
 
-use crate::ca::ClusterCa;
 use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
 use crate::{Bundle, RenderError};
+use kk_spec::ca::ClusterCa;
 
 pub const NAME: &str = "kubean-karpenter-rotator";
 /// The image; the tag is this tool's version. Build it from this repository (docs/join-credentials.md).

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 
 use kk_spec::{ClusterSpec, JoinMode, Pool, PoolType};
 
-use crate::ca::ClusterCa;
 use crate::names;
+use kk_spec::ca::ClusterCa;
 
 /// Everything the script needs, computed from the spec and shared with the EC2NodeClass.
 pub struct NodeBoot<'a> {

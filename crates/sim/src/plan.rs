@@ -179,8 +179,17 @@ pub struct ExplainedAttempt {
     pub outcome: String,
 }
 
+/// `plan --explain` named a pod that is not among the workloads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no pod {pod:?} among the workloads (pods are namespace/name: {})", .known.join(", "))]
+pub struct UnknownPod {
+    pub pod: String,
+    /// The first few pod keys (and `...` when there are more), as a hint.
+    pub known: Vec<String>,
+}
+
 /// Explains one pod (`namespace/name`); `Err` when no such pod.
-pub fn explain(input: &Input, pod: &str) -> Result<Explanation, String> {
+pub fn explain(input: &Input, pod: &str) -> Result<Explanation, UnknownPod> {
     let pid = input
         .pods
         .iter()
@@ -190,10 +199,10 @@ pub fn explain(input: &Input, pod: &str) -> Result<Explanation, String> {
             if input.pods.len() > 5 {
                 names.push("...".into());
             }
-            format!(
-                "no pod {pod:?} among the workloads (pods are namespace/name: {})",
-                names.join(", ")
-            )
+            UnknownPod {
+                pod: pod.to_owned(),
+                known: names,
+            }
         })?;
     let outcome = Scheduler::new(input, Some(pid)).solve();
     let plan = build(input, &outcome);

@@ -26,7 +26,24 @@ use crate::input::{LoadOptions, SourceFile, load_with_catalog};
 use crate::plan::Plan;
 use crate::solver::Input;
 
-fn resources(v: Option<&Value>) -> Result<Resources, String> {
+/// Why a scenario cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScenarioError {
+    /// Not JSON.
+    #[error("scenario: {0}")]
+    Json(String),
+    /// A field of the scenario that is missing or malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The instance types do not make a catalog.
+    #[error(transparent)]
+    Catalog(#[from] kk_catalog::PriceError),
+    /// The manifests it carries do not load.
+    #[error("{}", .0.iter().map(|e| format!("{}: {} {}", e.file, e.field, e.message)).collect::<Vec<_>>().join("; "))]
+    Load(Vec<crate::input::InputError>),
+}
+
+fn resources(v: Option<&Value>) -> Result<Resources, ScenarioError> {
     let mut r = Resources::default();
     let Some(map) = v.and_then(Value::as_object) else {
         return Ok(r);
@@ -35,9 +52,14 @@ fn resources(v: Option<&Value>) -> Result<Resources, String> {
         let text = match q {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
-            other => return Err(format!("resource {name}: not a quantity: {other}")),
+            other => {
+                return Err(ScenarioError::Invalid(format!(
+                    "resource {name}: not a quantity: {other}"
+                )));
+            }
         };
-        let q = Quantity::parse(&text).map_err(|e| format!("resource {name}: {}", e.0))?;
+        let q = Quantity::parse(&text)
+            .map_err(|e| ScenarioError::Invalid(format!("resource {name}: {}", e.0)))?;
         r.set(name, quantity_units(name, &q));
     }
     Ok(r)
@@ -46,11 +68,11 @@ fn resources(v: Option<&Value>) -> Result<Resources, String> {
 /// (zone, capacity type, price, available).
 type ScenarioOffering = (String, CapacityType, f64, bool);
 
-fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), String> {
+fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), ScenarioError> {
     let name = v
         .get("name")
         .and_then(Value::as_str)
-        .ok_or("instance type without a name")?
+        .ok_or_else(|| ScenarioError::Invalid("instance type without a name".into()))?
         .to_owned();
     let capacity = resources(v.get("capacity"))?;
     let overhead = if let Some(alloc) = v.get("allocatable") {
@@ -101,7 +123,11 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Str
         let ct = match o.get("capacityType").and_then(Value::as_str) {
             Some("spot") => CapacityType::Spot,
             Some("on-demand") => CapacityType::OnDemand,
-            other => return Err(format!("{name}: unsupported capacityType {other:?}")),
+            other => {
+                return Err(ScenarioError::Invalid(format!(
+                    "{name}: unsupported capacityType {other:?}"
+                )));
+            }
         };
         let price = o.get("price").and_then(Value::as_f64).unwrap_or(0.0);
         let available = o.get("available").and_then(Value::as_bool).unwrap_or(true);
@@ -139,7 +165,7 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Str
 }
 
 /// The scenario's instance types as a catalog.
-pub fn catalog(scenario: &Value) -> Result<Catalog, String> {
+pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     let mut prices = PriceTable::default();
     let mut types = Vec::new();
     let mut zones = BTreeSet::new();
@@ -171,7 +197,7 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, String> {
         prices,
         ..OfferingConfig::default()
     };
-    let mut catalog = Catalog::from_types(types, &config).map_err(|e| e.to_string())?;
+    let mut catalog = Catalog::from_types(types, &config)?;
     for (name, zone, ct) in unavailable {
         catalog.set_available(&name, &zone, ct, false);
     }
@@ -192,13 +218,13 @@ fn list(items: Vec<Value>) -> String {
 }
 
 /// Reads a scenario (its JSON text) into the simulator's input.
-pub fn read(text: &str) -> Result<Input, String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("scenario: {e}"))?;
+pub fn read(text: &str) -> Result<Input, ScenarioError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| ScenarioError::Json(e.to_string()))?;
     read_value(&v)
 }
 
 /// [`read`] from a parsed value.
-pub fn read_value(v: &Value) -> Result<Input, String> {
+pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
     let arr = |k: &str| {
         v.get(k)
             .and_then(Value::as_array)
@@ -255,12 +281,7 @@ pub fn read_value(v: &Value) -> Result<Input, String> {
         &LoadOptions::default(),
         catalog,
     )
-    .map_err(|errs| {
-        errs.iter()
-            .map(|e| format!("{}: {} {}", e.file, e.field, e.message))
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    .map_err(ScenarioError::Load)
 }
 
 /// A plan in the oracle's result shape (`nodeClaims`, `existingNodes`, `pending`), node

@@ -318,7 +318,12 @@ fn differential() {
             let got = match &result {
                 Ok(r) => normalize(r, replicas),
                 Err(e) => Norm {
-                    claims: vec![("<load error>".into(), e.clone(), String::new(), Vec::new())],
+                    claims: vec![(
+                        "<load error>".into(),
+                        e.to_string(),
+                        String::new(),
+                        Vec::new(),
+                    )],
                     existing: BTreeMap::new(),
                     pending: BTreeMap::new(),
                 },

@@ -34,14 +34,25 @@ impl KubeanRelease {
     }
 }
 
-fn parse(table: &str) -> Result<Vec<KubeanRelease>, String> {
+/// A line of the embedded table that does not read as `vX.Y.Z DATE 1.M:LO-HI...`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kubean_support.txt line {line}: {text:?}")]
+struct TableError {
+    line: usize,
+    text: String,
+}
+
+fn parse(table: &str) -> Result<Vec<KubeanRelease>, TableError> {
     let mut out = Vec::new();
     for (i, line) in table.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let bad = || format!("kubean_support.txt line {}: {line:?}", i + 1);
+        let bad = || TableError {
+            line: i + 1,
+            text: line.to_owned(),
+        };
         let mut words = line.split_whitespace();
         let release = words.next().ok_or_else(bad)?.to_owned();
         let date = words.next().ok_or_else(bad)?.to_owned();

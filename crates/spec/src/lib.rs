@@ -6,13 +6,15 @@
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
+pub mod ca;
 pub mod kubean_support;
 mod load;
+pub mod names;
 pub mod types;
 mod validate;
 
 pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
-pub use load::{LoadedSpec, SpecError, parse_spec};
+pub use load::{LoadedSpec, SpecError, parse_spec, spec_from_documents};
 pub use types::*;
 pub use validate::{node_class_name, validate};
 

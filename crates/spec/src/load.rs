@@ -22,11 +22,18 @@ pub struct LoadedSpec {
 
 /// Parses and validates one ElasticCluster document. `file` names the source in errors.
 pub fn parse_spec(text: &str, file: &str) -> Result<LoadedSpec, Vec<SpecError>> {
+    let docs = yaml::load_documents(text, LoadLimits::default()).map_err(|e| {
+        vec![SpecError::new(file, Some(e.pos), e.message).at_field(FieldPath::root().to_string())]
+    })?;
+    spec_from_documents(docs, file)
+}
+
+/// [`parse_spec`] for YAML the caller has already loaded (a CLI that looked at the documents
+/// to see whether they hold a spec does not parse them again).
+pub fn spec_from_documents(docs: Vec<Document>, file: &str) -> Result<LoadedSpec, Vec<SpecError>> {
     let at = |pos: Pos, path: FieldPath, message: String| {
         SpecError::new(file, Some(pos), message).at_field(path.to_string())
     };
-    let docs = yaml::load_documents(text, LoadLimits::default())
-        .map_err(|e| vec![at(e.pos, FieldPath::root(), e.message)])?;
     let document = match docs.len() {
         1 => docs.into_iter().next().expect("one document"),
         0 => {
