@@ -109,6 +109,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
     join(&mut p, &at.key("join"), &spec.join);
+    crate::controller::validate(&mut p, &at, spec);
     gpu_stack(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
     worker_kubelet_skew(&mut p, &at, spec);
