@@ -13,6 +13,7 @@ mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
+mod report;
 mod token_cmd;
 mod version_cmd;
 
