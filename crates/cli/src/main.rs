@@ -14,6 +14,7 @@ mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
+mod report;
 mod sources;
 mod token_cmd;
 mod version_cmd;

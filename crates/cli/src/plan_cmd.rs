@@ -5,6 +5,7 @@
 //! Exit codes: 0 every pod placed, 1 some pods Pending, 2 usage or input error.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kk_sim::{LoadOptions, SourceFile};
@@ -56,7 +57,15 @@ pub struct PlanArgs {
     /// spreads are dropped instead of tried first.
     #[arg(long)]
     ignore_preferences: bool,
+    /// Also write the plan as one self-contained HTML page (no network): NodeClaims drawn to
+    /// scale with their pods, Pending pods by reason, $/h per NodePool; click a pod for its
+    /// --explain text (the first 200 pods, Pending ones first).
+    #[arg(long, value_name = "FILE", conflicts_with = "explain")]
+    html: Option<PathBuf>,
 }
+
+/// Pods whose `--explain` text the HTML page carries (each is one more simulation run).
+const HTML_EXPLAINED: usize = 200;
 
 pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     let mut pool_files = Vec::new();
@@ -113,6 +122,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
         return Ok(ExitCode::SUCCESS);
     }
     let plan = kk_sim::solve(&input);
+    if let Some(path) = &args.html {
+        write_html(path, &plan, &input)?;
+    }
     if args.output == "json" {
         out.write_all(plan.to_json().as_bytes())?;
     } else {
@@ -128,6 +140,40 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
 /// The files of one PATH argument (see [`sources`]), as the planner reads them.
 fn read_inputs(arg: &str) -> Result<Vec<sources::NamedSource>, Failure> {
     Ok(sources::read_arg(arg)?.sources)
+}
+
+/// The report, written whole or not at all (a temporary file beside it, then renamed).
+fn write_html(path: &Path, plan: &kk_sim::Plan, input: &kk_sim::Input) -> Result<(), Failure> {
+    let keys = plan
+        .pending
+        .iter()
+        .map(|p| &p.pod)
+        .chain(plan.node_claims.iter().flat_map(|c| &c.pods))
+        .chain(plan.existing_nodes.iter().flat_map(|e| &e.pods));
+    let mut explanations = std::collections::BTreeMap::new();
+    for key in keys.take(HTML_EXPLAINED) {
+        let e = kk_sim::explain(input, key).map_err(|e| Failure(e.to_string()))?;
+        explanations.insert(key.clone(), e.render());
+    }
+    let page = crate::report::html(plan, input, &explanations);
+    let name = path.display();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| Failure(format!("{name}: {e}")))?;
+    tmp.write_all(page.as_bytes())
+        .map_err(|e| Failure(format!("{name}: {e}")))?;
+    // A report to share, like the table: readable by others (NamedTempFile creates it 0600).
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(|e| Failure(format!("{name}: {e}")))?;
+    tmp.persist(path)
+        .map_err(|e| Failure(format!("{name}: {}", e.error)))?;
+    Ok(())
 }
 
 fn as_source(s: sources::NamedSource) -> SourceFile {

@@ -16,8 +16,6 @@ use crate::{Bundle, RenderError};
 use kk_spec::ca::ClusterCa;
 
 pub const NAME: &str = "kubean-karpenter-rotator";
-/// The image; the tag is this tool's version. Build it from this repository (docs/join-credentials.md).
-pub const IMAGE_REPOSITORY: &str = "ghcr.io/kubean-karpenter/kubean-karpenter";
 /// With `karpenter.credentials.source: staticSecret`, the rotator's own AWS keys.
 pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
 const LEASE_NAMESPACE: &str = "kube-system";
@@ -25,10 +23,6 @@ const METRICS_PORT: u16 = 8080;
 /// Each token's lifetime and how long a replaced one keeps working.
 pub const TTL: &str = "2h";
 pub const OVERLAP: &str = "20m";
-
-fn image() -> String {
-    format!("{IMAGE_REPOSITORY}:{}", env!("CARGO_PKG_VERSION"))
-}
 
 fn store_flag(mode: JoinMode) -> Option<&'static str> {
     match mode {
@@ -38,7 +32,10 @@ fn store_flag(mode: JoinMode) -> Option<&'static str> {
     }
 }
 
-fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value> {
+/// `dist/image` builds linux/amd64 only: an arm64 node would pull it and fail with `exec format error`.
+const IMAGE_ARCH: &str = "amd64";
+
+fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: String) -> Vec<Value> {
     let spec = &cluster.spec;
     let name = &cluster.metadata.name;
     let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": NAME });
@@ -144,7 +141,7 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
                         "serviceAccountName": NAME,
                         "priorityClassName": "system-cluster-critical",
                         // Never on nodes Karpenter manages: they need the token to exist.
-                        "nodeSelector": { INFRA_ROLE_LABEL: "" },
+                        "nodeSelector": { INFRA_ROLE_LABEL: "", "kubernetes.io/arch": IMAGE_ARCH },
                         "tolerations": names::infra_tolerations(spec),
                         "affinity": {
                             "podAntiAffinity": {
@@ -166,20 +163,24 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str) -> Vec<Value
                         },
                         "containers": [{
                             "name": "rotator",
-                            "image": image(),
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
                             "args": args,
                             "env": env,
                             "ports": [{ "name": "http", "containerPort": METRICS_PORT }],
                             "livenessProbe": probe("/healthz", 20),
                             "readinessProbe": probe("/readyz", 10),
                             "resources": {
-                                "requests": { "cpu": "10m", "memory": "32Mi" },
-                                "limits": { "memory": "128Mi" },
+                                "requests": { "cpu": "10m", "memory": "32Mi", "ephemeral-storage": "16Mi" },
+                                "limits": { "cpu": "200m", "memory": "128Mi", "ephemeral-storage": "64Mi" },
                             },
                             "securityContext": {
+                                "runAsNonRoot": true,
                                 "allowPrivilegeEscalation": false,
                                 "readOnlyRootFilesystem": true,
+                                "privileged": false,
                                 "capabilities": { "drop": ["ALL"] },
+                                "seccompProfile": { "type": "RuntimeDefault" },
                             },
                         }],
                     },
@@ -319,9 +320,16 @@ pub fn render(
     let Some(store) = store_flag(cluster.spec.join.mode) else {
         return Ok(());
     };
+    // Validation requires it wherever a store mode runs the controller.
+    let Some(controller) = &cluster.spec.controller else {
+        return Err(RenderError::Invalid(
+            "spec.controller: the join modes ssm and secrets-manager need the controller's image"
+                .into(),
+        ));
+    };
     bundle.add_yaml(
         "rotator/join-token-rotator.yaml",
-        &manifests(cluster, ca, store),
+        &manifests(cluster, ca, store, controller.image.reference()),
     )?;
     if let Some(policy) = policy(cluster) {
         bundle.add_json("iam/rotator-policy.json", &policy)?;

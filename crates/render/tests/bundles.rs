@@ -597,3 +597,71 @@ fn every_namespace_is_created_before_the_objects_in_it() {
         }
     }
 }
+
+/// Issue 16 item 2: the controller runs exactly the image `dist/image` built (repository@digest
+/// from the spec, never a movable tag), on amd64 nodes only (the image is linux/amd64), meets
+/// the `restricted` Pod Security Standard (non-root, no privilege escalation, every capability
+/// dropped, RuntimeDefault seccomp) with a read-only root, and has CPU and memory requests and limits.
+#[test]
+fn the_controller_runs_its_image_by_digest_hardened_on_amd64() {
+    let mut checked = 0;
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let Some(text) = bundle.files.get("rotator/join-token-rotator.yaml") else {
+            assert!(!cluster.spec.join.mode.runs_controller(), "{name}");
+            continue;
+        };
+        let image = &cluster.spec.controller.as_ref().expect(&name).image;
+        let deployment = yaml_docs(text)
+            .into_iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect(&name);
+        let pod = &deployment["spec"]["template"]["spec"];
+        let containers = pod["containers"].as_array().unwrap();
+        assert_eq!(containers.len(), 1, "{name}");
+        let c = &containers[0];
+        let reference = c["image"].as_str().unwrap();
+        assert_eq!(
+            reference,
+            format!("{}@{}", image.repository, image.digest),
+            "{name}"
+        );
+        let (_, digest) = reference.rsplit_once("@sha256:").expect(reference);
+        assert!(
+            digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}: {reference}"
+        );
+        assert_eq!(pod["nodeSelector"]["kubernetes.io/arch"], "amd64", "{name}");
+        assert_eq!(
+            pod["nodeSelector"]["node-role.kubernetes.io/infra"], "",
+            "{name}"
+        );
+        for sc in [&pod["securityContext"], &c["securityContext"]] {
+            assert_eq!(sc["runAsNonRoot"], true, "{name}");
+            assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        }
+        assert_eq!(
+            pod["securityContext"]["runAsUser"], 65532,
+            "{name}: the image's user"
+        );
+        let sc = &c["securityContext"];
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+        assert_eq!(sc["privileged"], false, "{name}");
+        assert_eq!(sc["capabilities"]["drop"][0], "ALL", "{name}");
+        assert!(sc["capabilities"]["add"].is_null(), "{name}");
+        for kind in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    c["resources"][kind][resource].is_string(),
+                    "{name}: no {kind}.{resource}"
+                );
+            }
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "the example and secrets-manager-arm run the controller"
+    );
+}

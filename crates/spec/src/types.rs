@@ -50,6 +50,34 @@ pub struct ClusterSpec {
     /// Kubean stores in the `<cluster>-kubeconf` ConfigMap. Command-line flags win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<ClusterAccess>,
+    /// The in-cluster controller (`kubean-karpenter controller`: join-token rotator and CSR
+    /// approver) that the `ssm` and `secrets-manager` join modes run; required there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<Controller>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Controller {
+    pub image: ControllerImage,
+}
+
+/// Where the controller's image lives, pinned by digest: `dist/image` builds it and writes the
+/// digest to `dist/out/IMAGE_DIGEST`; `skopeo copy --preserve-digests` pushes it unchanged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerImage {
+    /// Registry and repository, no tag or digest: `registry.example.com/team/kubean-karpenter`.
+    pub repository: String,
+    /// The image manifest's digest, `sha256:` and 64 lowercase hex digits.
+    pub digest: String,
+}
+
+impl ControllerImage {
+    /// The reference the Deployment runs: `repository@digest`.
+    pub fn reference(&self) -> String {
+        format!("{}@{}", self.repository, self.digest)
+    }
 }
 
 /// A cluster `apply` talks to: a kubeconfig file (relative to the spec file) and/or a context.
@@ -291,6 +319,16 @@ pub enum JoinMode {
     Ssm,
     /// Fetched at boot from a Secrets Manager secret.
     SecretsManager,
+}
+
+impl JoinMode {
+    /// Whether this mode runs the in-cluster controller (its image is then required).
+    pub fn runs_controller(self) -> bool {
+        match self {
+            JoinMode::Static => false,
+            JoinMode::Ssm | JoinMode::SecretsManager => true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
