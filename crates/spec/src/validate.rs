@@ -109,6 +109,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
     join(&mut p, &at.key("join"), &spec.join);
+    crate::iam::authenticator(&mut p, &at, cluster);
     gpu_stack(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
     worker_kubelet_skew(&mut p, &at, spec);
@@ -662,7 +663,7 @@ fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
             Some((first, other)) if !same_node_class(other, pool) => p.push((
                 at.key("nodeClass"),
                 format!(
-                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, rootVolume or kubelet"
+                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, joinMethod, rootVolume or kubelet"
                 ),
             )),
             Some(_) => {}
@@ -681,6 +682,7 @@ pub fn node_class_name(pool: &Pool) -> &str {
 fn same_node_class(a: &Pool, b: &Pool) -> bool {
     a.pool_type == b.pool_type
         && a.ami == b.ami
+        && a.join_method == b.join_method
         && a.root_volume == b.root_volume
         && a.kubelet == b.kubelet
         && a.instances.arch == b.instances.arch
@@ -931,26 +933,7 @@ fn ami(p: &mut Problems, at: &FieldPath, ami: &Ami, pool: &Pool) {
             Some(_) => {}
         }
     }
-    // Both forms select an EKS-optimized image (an alias names an EKS AMI family; an ssmRelease
-    // is /aws/service/eks/optimized-ami/...). EKS AL2023 images install kubelet and nodeadm but
-    // no kubeadm (awslabs/amazon-eks-ami templates/al2023/provisioners/install-worker.sh,
-    // commit 0030ac57: `BINARIES=(kubelet)`), and their kubelet unit reads nodeadm's arguments,
-    // not our drop-in: the kubeadm join in the pool's userData cannot run there.
-    for (field, set) in [
-        ("alias", ami.alias.is_some()),
-        ("ssmRelease", ami.ssm_release.is_some()),
-    ] {
-        if set {
-            p.push((
-                at.key(field),
-                format!(
-                    "ami.{field} selects an EKS-optimized AMI, which has no kubeadm (its kubelet \
-                     reads nodeadm's configuration): the kubeadm join in the userData cannot run; \
-                     use ami.id with a kubeadm-ready image until the identity-based join lands"
-                ),
-            ));
-        }
-    }
+    crate::iam::join_method(p, at, ami, pool);
     if let Some(release) = &ami.ssm_release {
         if !SSM_RELEASE.is_match(release) {
             p.push((
