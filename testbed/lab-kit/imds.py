@@ -24,6 +24,17 @@ TOKEN_HEADER = "X-aws-ec2-metadata-token"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
 
 
+def role_credentials(instance_id: str) -> tuple[str, str, str]:
+    """(access key id, secret key, session token) of an instance's role, as this IMDS issues
+    them. moto accepts any key; these name the instance so a log shows whose they are. The
+    lab's STS (sts.py) derives the same triple to verify SigV4 signatures made with them."""
+    return (
+        "ASIA" + instance_id[2:].upper().ljust(16, "0")[:16],
+        "lab-secret-" + instance_id,
+        "lab-session-" + instance_id,
+    )
+
+
 def make_handler(inst: dict):
     tokens: dict[str, float] = {}
 
@@ -57,14 +68,14 @@ def make_handler(inst: dict):
         }
         if role:
             now = time.time()
+            key_id, secret, session = role_credentials(inst["instanceId"])
             creds = {
                 "Code": "Success",
                 "LastUpdated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
                 "Type": "AWS-HMAC",
-                # moto accepts any key; these name the instance so a log shows whose they are.
-                "AccessKeyId": "ASIA" + inst["instanceId"][2:].upper().ljust(16, "0")[:16],
-                "SecretAccessKey": "lab-secret-" + inst["instanceId"],
-                "Token": "lab-session-" + inst["instanceId"],
+                "AccessKeyId": key_id,
+                "SecretAccessKey": secret,
+                "Token": session,
                 "Expiration": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 6 * 3600)),
             }
             paths["meta-data/iam/security-credentials/"] = role

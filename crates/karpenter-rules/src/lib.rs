@@ -9,6 +9,7 @@
 //! Karpenter's own scheduler by its differential test), `kk-lint` and `kk-spec` build on it; a
 //! fix to a semantic goes here, so that lint and plan cannot disagree.
 
+pub mod ami;
 pub mod error;
 pub mod labels;
 pub mod req;

@@ -33,6 +33,7 @@
 //! | KK022 | cluster   | ccm-cluster-id (issue 11)                                          |
 //! | KK023 | userdata  | nvidia-runtime-without-containerd-restart (issue 11)               |
 //! | KK024 | workload  | shared-infra-identity (issue 12)                                   |
+//! | KK025 | userdata  | nodeadm-config-incomplete (issue 17)                               |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -64,6 +65,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::cluster::ccm_cluster_id::CcmClusterId,
     &rules::userdata::containerd_restart::NvidiaRuntimeWithoutRestart,
     &rules::workload::shared_infra_identity::SharedInfraIdentity,
+    &rules::userdata::nodeadm_config::NodeadmConfigIncomplete,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

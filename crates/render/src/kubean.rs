@@ -82,7 +82,7 @@ pub fn group_vars(cluster: &ElasticCluster) -> Value {
         lb.insert("address".into(), json!(address));
     }
     lb.insert("port".into(), json!(spec.api_server.port));
-    json!({
+    let mut vars = json!({
         "kube_version": version,
         // One port end to end: the apiservers listen on it (kubeadm bindPort), the load balancer
         // forwards it unchanged, nodes join it, the security group opens it. Kubespray's
@@ -102,7 +102,13 @@ pub fn group_vars(cluster: &ElasticCluster) -> Value {
         // true deletes the cluster-info ConfigMap: token + CA-hash discovery, which every
         // Karpenter node uses to join, would break.
         "remove_anonymous_access": false,
-    })
+    });
+    if let Some(map) = vars.as_object_mut() {
+        for (key, value) in crate::authenticator::kubespray_vars(cluster) {
+            map.insert(key.into(), value);
+        }
+    }
+    vars
 }
 
 fn config_map(cluster: &ElasticCluster, name: &str, key: &str, text: String) -> Value {

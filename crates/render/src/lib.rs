@@ -6,6 +6,7 @@
 //! Pure and deterministic: the same spec and CA give the same bytes. Each module renders
 //! one family of artifacts from the spec; `render` puts them in a `Bundle` keyed by path.
 
+pub mod authenticator;
 mod cloud;
 mod gpu;
 mod iam;
@@ -13,6 +14,7 @@ mod join_rbac;
 mod karpenter;
 mod kubean;
 pub mod names;
+pub mod nodeadm;
 mod order;
 mod pools;
 mod rotator;
@@ -136,6 +138,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     let rendered_pools = pools::render(cluster, &ca, &mut bundle)?;
     gpu::render(cluster, &mut bundle)?;
     iam::render(cluster, &mut bundle)?;
+    authenticator::render(cluster, &mut bundle)?;
     verify::render(cluster, &rendered_pools, &mut bundle)?;
     rotator::render(cluster, &ca, &mut bundle)?;
     join_rbac::render(cluster, &mut bundle)?;

@@ -9,10 +9,11 @@ use crate::{Bundle, names};
 use kk_spec::ca::ClusterCa;
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 8] = [
+const APPLY_ORDER: [&str; 9] = [
     "kubean/",
     "namespaces/",
     "cloud/",
+    "authenticator/",
     "rotator/",
     "gpu/",
     "nodeclasses/",
@@ -126,6 +127,15 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         files("namespaces/"),
         spec.kubean.network_plugin
     );
+    if crate::authenticator::enabled(cluster).is_some() {
+        let _ = writeln!(
+            w,
+            "   **Token webhook for `joinMethod: iam` pools.** Create the TLS Secret `{ns}/{secret}` with the key of `spec.iamAuthenticator.servingCertificate` (`kubectl -n {ns} create secret tls {secret} --cert=<cert> --key=<key>`; the key stays off the bundle), then apply {}. Kubespray already runs the API server with `--authentication-token-webhook-config-file` (the `kube_webhook_token_auth*` vars in `kubean/2-vars-conf.yaml`; the same file is `authenticator/webhook-kubeconfig.conf`); until the DaemonSet runs, only `iam` nodes cannot join.",
+            files("authenticator/"),
+            ns = crate::authenticator::NAMESPACE,
+            secret = crate::authenticator::SERVING_SECRET,
+        );
+    }
     let _ = writeln!(
         w,
         "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`, among them `kubernetes.io/cluster/{name}=owned` on every Kubean-built instance (Karpenter tags its own). The cloud controller manager's cluster ID (`KubernetesClusterID = {name}` in `cloud/aws-cloud-controller-manager.yaml`) is Karpenter's `clusterName`.",

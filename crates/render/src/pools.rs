@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kk_model::karpenter::*;
-use kk_spec::{Discovery, ElasticCluster, Pool, PoolType, node_class_name};
+use kk_spec::{Discovery, ElasticCluster, JoinMethod, Pool, PoolType, node_class_name};
 use serde_json::Value;
 
 use crate::names::{self, MANAGED_BY};
+use crate::nodeadm;
 use crate::userdata::{self, NodeBoot};
 use crate::{Bundle, RenderError};
 use kk_spec::ca::ClusterCa;
@@ -51,8 +52,6 @@ fn ami_term(pool: &Pool) -> AmiSelectorTerm {
     if let Some(release) = &ami.ssm_release {
         // 1.36.3-20260827 → /aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/nvidia/
         //   amazon-eks-node-al2023-x86_64-nvidia-1.36-v20260827/image_id (immutable: no drift).
-        let (version, date) = release.split_once('-').unwrap_or((release, ""));
-        let minor = version.rsplit_once('.').map_or(version, |(m, _)| m);
         let arch = match pool.instances.arch.first().map(String::as_str) {
             Some("arm64") => "arm64",
             _ => "x86_64",
@@ -63,8 +62,8 @@ fn ami_term(pool: &Pool) -> AmiSelectorTerm {
             "standard"
         };
         return AmiSelectorTerm {
-            ssm_parameter: Some(format!(
-                "/aws/service/eks/optimized-ami/{minor}/amazon-linux-2023/{arch}/{variant}/amazon-eks-node-al2023-{arch}-{variant}-{minor}-v{date}/image_id"
+            ssm_parameter: Some(kk_karpenter::ami::al2023_release_parameter(
+                release, arch, variant,
             )),
             ..Default::default()
         };
@@ -95,7 +94,7 @@ fn node_class(
     ca: &ClusterCa,
     name: &str,
     pools: &[&Pool],
-) -> EC2NodeClass {
+) -> Result<EC2NodeClass, RenderError> {
     let spec = &cluster.spec;
     let first = pools[0];
     let labels = names::pool_labels(first);
@@ -130,12 +129,18 @@ fn node_class(
             }]
         })
         .unwrap_or_default();
-    EC2NodeClass {
+    let pool_names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    let user_data = match first.join_method {
+        JoinMethod::KubeadmToken => userdata::render(&boot),
+        JoinMethod::Iam => nodeadm::render(cluster, ca, name, &pool_names, first)?,
+    };
+    Ok(EC2NodeClass {
         api_version: EC2_NODE_CLASS_API_VERSION.into(),
         kind: "EC2NodeClass".into(),
         metadata: meta(name),
         spec: EC2NodeClassSpec {
-            // Custom: Karpenter passes our userData through untouched (no EKS nodeadm merge).
+            // Custom: Karpenter passes our userData through untouched (no EKS nodeadm merge;
+            // its AL2023 family would call eks:DescribeCluster, which fails off EKS).
             ami_family: Some("Custom".into()),
             ami_selector_terms: vec![ami_term(first)],
             subnet_selector_terms: selector_terms(&spec.aws.subnets),
@@ -160,12 +165,12 @@ fn node_class(
                 ("kubean-karpenter.io/node-class".to_owned(), name.to_owned()),
             ]
             .into(),
-            user_data: Some(userdata::render(&boot)),
+            user_data: Some(user_data),
             ..Default::default()
         },
         status: None,
         extra: Default::default(),
-    }
+    })
 }
 
 fn requirement(key: &str, values: &[String]) -> NodeSelectorRequirement {
@@ -308,7 +313,7 @@ pub fn render(
         classes.entry(node_class_name(pool)).or_default().push(pool);
     }
     for (name, pools) in &classes {
-        let class = node_class(cluster, ca, name, pools);
+        let class = node_class(cluster, ca, name, pools)?;
         bundle.add_yaml(&format!("nodeclasses/{name}.yaml"), &[to_value(&class)?])?;
     }
     let mut rendered = Vec::new();

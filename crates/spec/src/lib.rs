@@ -7,6 +7,7 @@
 //! the CA bundle from disk happen in the CLI.
 
 pub mod ca;
+pub mod iam;
 pub mod kubean_support;
 mod load;
 pub mod names;

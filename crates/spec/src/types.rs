@@ -43,6 +43,10 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub karpenter: Karpenter,
     pub join: Join,
+    /// The aws-iam-authenticator server on the control-plane nodes: the API server's token
+    /// webhook for pools with `joinMethod: iam`. Required when a pool uses that method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iam_authenticator: Option<IamAuthenticator>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuStack>,
     pub pools: Vec<Pool>,
@@ -352,6 +356,49 @@ pub struct Join {
     pub kms: Option<JoinKms>,
 }
 
+/// How the nodes of a pool (of its node class) prove who they are when they join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JoinMethod {
+    /// `kubeadm join` with a bootstrap token (`spec.join`): Custom AMIs that ship kubeadm.
+    #[default]
+    KubeadmToken,
+    /// nodeadm with a kubelet that authenticates as its instance's IAM role through the
+    /// aws-iam-authenticator webhook (`spec.iamAuthenticator`): EKS-optimized AL2023 AMIs, or
+    /// Custom AMIs that ship nodeadm. No shared secret reaches the node.
+    Iam,
+}
+
+impl JoinMethod {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// The aws-iam-authenticator server (sigs.k8s.io/aws-iam-authenticator) run on every
+/// control-plane node, listening on 127.0.0.1 for the API server's token webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IamAuthenticator {
+    /// The cluster ID tokens are bound to (their signed `x-k8s-aws-id` header); nodes' nodeadm
+    /// `cluster.name`. Defaults to `metadata.name`.
+    #[serde(rename = "clusterID", default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// The authenticator's container image, pinned by tag or digest.
+    pub image: String,
+    /// The serving certificate (PEM, base64-encoded; public). Its key goes into the TLS Secret
+    /// `kube-system/aws-iam-authenticator-serving`, created by the operator, never the spec.
+    /// The API server trusts exactly this certificate (self-signed, SAN IP 127.0.0.1).
+    pub serving_certificate: String,
+    /// Port on 127.0.0.1 of each control-plane node.
+    #[serde(default = "default_authenticator_port")]
+    pub port: u16,
+}
+
+fn default_authenticator_port() -> u16 {
+    21362
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinKms {
@@ -391,6 +438,9 @@ pub struct Pool {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class: Option<String>,
     pub ami: Ami,
+    /// How its nodes join: `kubeadm-token` (default) or `iam`. Pools sharing a node class agree.
+    #[serde(default, skip_serializing_if = "JoinMethod::is_default")]
+    pub join_method: JoinMethod,
     pub instances: Instances,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<PoolGpu>,

@@ -132,6 +132,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
     join(&mut p, &at.key("join"), &spec.join);
+    crate::iam::authenticator(&mut p, &at, cluster);
     controller::validate(&mut p, &at, spec);
     gpu_stack(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);

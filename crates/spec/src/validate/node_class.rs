@@ -45,26 +45,7 @@ pub(super) fn ami(p: &mut Problems, at: &FieldPath, ami: &Ami, pool: &Pool) {
             Some(_) => {}
         }
     }
-    // Both forms select an EKS-optimized image (an alias names an EKS AMI family; an ssmRelease
-    // is /aws/service/eks/optimized-ami/...). EKS AL2023 images install kubelet and nodeadm but
-    // no kubeadm (awslabs/amazon-eks-ami templates/al2023/provisioners/install-worker.sh,
-    // commit 0030ac57: `BINARIES=(kubelet)`), and their kubelet unit reads nodeadm's arguments,
-    // not our drop-in: the kubeadm join in the pool's userData cannot run there.
-    for (field, set) in [
-        ("alias", ami.alias.is_some()),
-        ("ssmRelease", ami.ssm_release.is_some()),
-    ] {
-        if set {
-            p.push((
-                at.key(field),
-                format!(
-                    "ami.{field} selects an EKS-optimized AMI, which has no kubeadm (its kubelet \
-                     reads nodeadm's configuration): the kubeadm join in the userData cannot run; \
-                     use ami.id with a kubeadm-ready image until the identity-based join lands"
-                ),
-            ));
-        }
-    }
+    crate::iam::join_method(p, at, ami, pool);
     if let Some(release) = &ami.ssm_release {
         if !SSM_RELEASE.is_match(release) {
             p.push((

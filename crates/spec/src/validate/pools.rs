@@ -46,7 +46,7 @@ pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
             Some((first, other)) if !same_node_class(other, pool) => p.push((
                 at.key("nodeClass"),
                 format!(
-                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, rootVolume or kubelet"
+                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, joinMethod, rootVolume or kubelet"
                 ),
             )),
             Some(_) => {}
@@ -65,6 +65,7 @@ pub fn node_class_name(pool: &Pool) -> &str {
 fn same_node_class(a: &Pool, b: &Pool) -> bool {
     a.pool_type == b.pool_type
         && a.ami == b.ami
+        && a.join_method == b.join_method
         && a.root_volume == b.root_volume
         && a.kubelet == b.kubelet
         && a.instances.arch == b.instances.arch

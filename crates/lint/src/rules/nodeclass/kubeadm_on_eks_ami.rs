@@ -1,6 +1,7 @@
 //! KK021: an EC2NodeClass whose userData joins with `kubeadm join` but whose AMI selector picks
 //! an EKS-optimized image, which has no kubeadm.
 
+use kk_karpenter::ami;
 use kk_model::FieldPath;
 
 use crate::context::Context;
@@ -44,8 +45,10 @@ driver and container runtime) by `id` or by tags:
   amiSelectorTerms:
     - id: ami-0123456789abcdef0
 ```
-In an ElasticCluster spec, set `ami.id` (validate refuses `ami.alias` and `ami.ssmRelease` until
-the identity-based join, which uses nodeadm, lands).
+Or keep the EKS-optimized image and join the way it is built to: a nodeadm `NodeConfig` userData
+whose kubelet authenticates with the node's IAM identity. In an ElasticCluster spec that is
+`joinMethod: iam` on the pool (validate refuses `joinMethod: kubeadm-token` with `ami.alias` or
+`ami.ssmRelease`, with the same test as this rule).
 "#;
 
 pub const META: RuleMeta = RuleMeta {
@@ -57,9 +60,6 @@ pub const META: RuleMeta = RuleMeta {
 };
 
 pub struct KubeadmJoinOnEksAmi;
-
-/// Public SSM parameter prefixes of EKS-optimized images.
-const EKS_PARAMETERS: [&str; 2] = ["/aws/service/eks/", "/aws/service/bottlerocket/"];
 
 impl Rule for KubeadmJoinOnEksAmi {
     fn meta(&self) -> &'static RuleMeta {
@@ -74,13 +74,15 @@ impl Rule for KubeadmJoinOnEksAmi {
             if !userdata::joins_with_kubeadm(script) {
                 continue;
             }
-            let help = "select a kubeadm-ready image by id (ami.id in the spec); EKS-optimized \
-                        images need the identity-based join (nodeadm)";
+            let help = "select a kubeadm-ready image by id (ami.id in the spec), or join the EKS \
+                        image with nodeadm and the node's IAM identity (joinMethod: iam)";
             for (i, term) in view.class.spec.ami_selector_terms.iter().enumerate() {
                 let base = FieldPath::parse("spec.amiSelectorTerms").index(i);
                 let found = match (&term.alias, &term.ssm_parameter) {
-                    (Some(alias), _) => Some(("alias", format!("alias {alias}"))),
-                    (None, Some(param)) if EKS_PARAMETERS.iter().any(|p| param.starts_with(p)) => {
+                    (Some(alias), _) if ami::alias_is_eks_optimized(alias) => {
+                        Some(("alias", format!("alias {alias}")))
+                    }
+                    (_, Some(param)) if ami::ssm_parameter_is_eks_optimized(param) => {
                         Some(("ssmParameter", format!("ssmParameter {param}")))
                     }
                     _ => None,
