@@ -11,11 +11,13 @@ pub mod apply;
 pub mod cahash;
 pub mod client;
 pub mod controller;
+pub mod doctor;
 pub mod kubeconf;
 pub mod store;
 #[doc(hidden)]
 pub mod testbed;
 pub mod token;
+pub mod verify;
 
 pub use apply::{Applied, ApplyError, ApplyOptions, Refusal, apply_all};
 pub use client::{ClientOptions, make_client};
