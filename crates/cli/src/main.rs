@@ -6,6 +6,7 @@
 //!
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
+mod apply_aws;
 mod apply_cmd;
 mod catalog_cmd;
 mod completion_cmd;

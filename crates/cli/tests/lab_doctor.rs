@@ -480,3 +480,39 @@ fn doctor_fails_device_plugin_and_gpu_checks_when_the_plugin_does_not_tolerate_t
         "advertises no nvidia.com/gpu",
     );
 }
+
+/// A figure, not a test (run it with `--ignored`): doctor's wall time on a lab with
+/// KK_LAB_NODES_WANTED (default 20) nodes, grown as lab_capacity_many_nodes grows them.
+#[test]
+#[ignore = "a benchmark: minutes long"]
+fn doctor_wall_time_on_many_nodes() {
+    let Some(mut lab) = Lab::require("doctor wall time on many nodes") else {
+        return;
+    };
+    let wanted: i32 = std::env::var("KK_LAB_NODES_WANTED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let (spec, bundle) = lab.render(|s| s.replace("sizes: [large, xlarge]", "sizes: [xlarge]"));
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", wanted * 3);
+    lab.wait("all NodeClaims Initialized", 15 * MIN, |l| {
+        let claims = l.nodeclaims();
+        (claims.iter().filter(|c| is_true(c, "Initialized")).count() > wanted as usize)
+            .then_some(())
+    });
+    let nodes = lab.nodes().len();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (_, report) = doctor(&lab, &spec, &[]);
+        times.push(started.elapsed().as_secs_f64());
+        assert_eq!(
+            check(&report, "node-provider-id")["status"],
+            "ok",
+            "{report:#}"
+        );
+    }
+    eprintln!("  doctor on {nodes} nodes: wall times {times:.2?} s");
+    lab.print_phases();
+}

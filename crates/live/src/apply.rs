@@ -36,6 +36,8 @@ pub struct Applied {
     pub kind: String,
     pub name: String,
     pub namespace: Option<String>,
+    /// The object's resourceVersion after the apply (unchanged by a no-op apply).
+    pub resource_version: Option<String>,
 }
 
 /// One object the apiserver refused, in its own words.
@@ -62,8 +64,13 @@ pub enum ApplyError {
     #[error("{} object(s) refused by the apiserver; nothing applied", .0.len())]
     Refused(Vec<Refusal>),
     /// A real apply failed after the dry run passed (a race or an admission webhook).
-    #[error("{applied} object(s) applied, then {refusal}")]
-    Partial { applied: usize, refusal: Refusal },
+    #[error("{} object(s) applied, then {refusal}", .applied.len())]
+    Partial {
+        applied: Vec<Applied>,
+        refusal: Box<Refusal>,
+        /// `Kind/name` of the objects after the refused one, not applied.
+        not_applied: Vec<String>,
+    },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
     #[error("cannot reach the apiserver: {0}")]
@@ -109,8 +116,23 @@ fn resolve(
                 "the apiserver serves no {kind} in {api_version} (CRD not installed?)"
             ))
         })?;
-    let object: DynamicObject =
+    let mut object: DynamicObject =
         serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{kind}: {e}")))?;
+    // A Namespace that sets nothing but its name leaves the applier owning no field: the
+    // apiserver then records a `before-first-apply` manager, and every later apply rewrites the
+    // managed fields and bumps the resourceVersion. Applying the label the apiserver sets on
+    // every Namespace anyway (kubernetes.io/metadata.name = its name) makes a re-apply a no-op.
+    if kind == "Namespace"
+        && api_version == "v1"
+        && let Some(name) = object.metadata.name.clone()
+    {
+        object
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .entry("kubernetes.io/metadata.name".to_owned())
+            .or_insert(name);
+    }
     if object
         .metadata
         .name
@@ -143,7 +165,7 @@ async fn patch(
     t: &Target,
     options: &ApplyOptions,
     dry_run: bool,
-) -> Result<(), kube::Error> {
+) -> Result<DynamicObject, kube::Error> {
     let api: Api<DynamicObject> = match &t.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &t.resource),
         None => Api::all_with(client.clone(), &t.resource),
@@ -152,9 +174,7 @@ async fn patch(
     params.force = options.force_conflicts;
     params.dry_run = dry_run;
     let name = t.object.metadata.name.clone().unwrap_or_default();
-    api.patch(&name, &params, &Patch::Apply(&t.object))
-        .await
-        .map(|_| ())
+    api.patch(&name, &params, &Patch::Apply(&t.object)).await
 }
 
 fn refusal(t: &Target, err: kube::Error) -> Result<Refusal, ApplyError> {
@@ -195,21 +215,172 @@ pub async fn apply_all(
         return Err(ApplyError::Refused(refused));
     }
     let mut applied = Vec::new();
-    for t in &targets {
-        if !options.dry_run
-            && let Err(err) = patch(client, t, options, false).await
-        {
-            return Err(ApplyError::Partial {
-                applied: applied.len(),
-                refusal: refusal(t, err)?,
-            });
+    for (i, t) in targets.iter().enumerate() {
+        let mut resource_version = None;
+        if !options.dry_run {
+            match patch(client, t, options, false).await {
+                Ok(obj) => resource_version = obj.metadata.resource_version,
+                Err(err) => {
+                    return Err(ApplyError::Partial {
+                        applied,
+                        refusal: Box::new(refusal(t, err)?),
+                        not_applied: targets[i + 1..].iter().map(label).collect(),
+                    });
+                }
+            }
         }
         applied.push(Applied {
             source: t.source.clone(),
             kind: t.resource.kind.clone(),
             name: t.object.metadata.name.clone().unwrap_or_default(),
             namespace: t.namespace.clone(),
+            resource_version,
         });
     }
     Ok(applied)
+}
+
+/// Fields the server sets that say nothing about what was applied.
+fn comparable(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
+            m.remove(k);
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    v
+}
+
+/// Leaf-level differences between two JSON values, as `path: old -> new`.
+pub fn json_diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                json_diff(
+                    &p,
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(format!("{path}: {a} -> {b}")),
+        _ => {}
+    }
+}
+
+/// What applying `objects` would change: per object `create`, `unchanged`, or the changed
+/// fields, from a server-side dry run compared with the live object.
+pub async fn diff_all(
+    client: &Client,
+    objects: &[(String, Value)],
+    options: &ApplyOptions,
+) -> Result<Vec<(String, Vec<String>)>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let mut out = Vec::new();
+    for (source, value) in objects {
+        let t = resolve(&discovery, source, value, options)?;
+        let api: Api<DynamicObject> = match &t.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &t.resource),
+            None => Api::all_with(client.clone(), &t.resource),
+        };
+        let name = t.object.metadata.name.clone().unwrap_or_default();
+        let live = api.get_opt(&name).await.map_err(ApplyError::Unreachable)?;
+        let Some(live) = live else {
+            out.push((label(&t), vec!["create".to_owned()]));
+            continue;
+        };
+        let after = match patch(client, &t, options, true).await {
+            Ok(o) => o,
+            Err(err) => return Err(ApplyError::Refused(vec![refusal(&t, err)?])),
+        };
+        let mut changes = Vec::new();
+        json_diff(
+            "",
+            &comparable(serde_json::to_value(&live).unwrap_or_default()),
+            &comparable(serde_json::to_value(&after).unwrap_or_default()),
+            &mut changes,
+        );
+        out.push((label(&t), changes));
+    }
+    Ok(out)
+}
+
+/// The label every rendered object carries; `--prune` deletes only objects with it.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
+
+/// Objects of the kinds in `objects` that carry our label but are not among `objects`:
+/// what `--prune` deletes. Returns (label, kind, namespace, name).
+pub async fn prune_candidates(
+    client: &Client,
+    objects: &[(String, Value)],
+    options: &ApplyOptions,
+) -> Result<Vec<(String, ApiResource, Option<String>, String)>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let targets = objects
+        .iter()
+        .map(|(source, value)| resolve(&discovery, source, value, options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let wanted: std::collections::BTreeSet<String> = targets.iter().map(label).collect();
+    let mut kinds: Vec<ApiResource> = Vec::new();
+    for t in &targets {
+        if !kinds.iter().any(|k| k == &t.resource) {
+            kinds.push(t.resource.clone());
+        }
+    }
+    let selector =
+        kube::api::ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let mut out = Vec::new();
+    for resource in kinds {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let list = api.list(&selector).await.map_err(ApplyError::Unreachable)?;
+        for o in list {
+            let name = o.metadata.name.clone().unwrap_or_default();
+            let ns = o.metadata.namespace.clone();
+            let l = match &ns {
+                Some(n) => format!("{n}/{}/{name}", resource.kind),
+                None => format!("{}/{name}", resource.kind),
+            };
+            if !wanted.contains(&l) {
+                out.push((l, resource.clone(), ns, name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes one prune candidate.
+pub async fn delete(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    api.delete(name, &kube::api::DeleteParams::background())
+        .await
+        .map(|_| ())
 }

@@ -8,6 +8,7 @@
 //! Everything else in the workspace is pure; this crate and the CLI do the I/O.
 
 pub mod apply;
+pub mod aws_apply;
 pub mod cahash;
 pub mod client;
 pub mod controller;

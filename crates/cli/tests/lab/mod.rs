@@ -210,11 +210,14 @@ impl Lab {
         // Kubean's own namespace exists wherever Kubean is installed.
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         let kubeconfig = self.var("KUBECONFIG");
+        // The lab seeds its own AWS side and runs Karpenter as a process, not a Helm release.
         self.cli(&[
             "apply",
             spec.to_str().unwrap(),
             "--mgmt-kubeconfig",
             &kubeconfig,
+            "--skip-aws",
+            "--skip-helm",
         ]);
         // Static join mode renders no rotator: the token is in the userData.
         if !bundle.join("rotator/join-token-rotator.yaml").exists() {
