@@ -344,7 +344,7 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     let last_batch = batches.len() - 1;
     // What each cluster should hold, for --prune.
     let mut wanted: Vec<(&str, ClientOptions, Objects)> = Vec::new();
-    if args.prune {
+    {
         for (which, client_options, objects) in &batches {
             match wanted.iter_mut().find(|(w, _, _)| w == which) {
                 Some((_, _, all)) => all.extend(objects.iter().cloned()),
@@ -474,36 +474,63 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
             Err(other) => return Err(Failure(format!("{which}: {other}"))),
         }
     }
-    for (which, client_options, objects) in &wanted {
-        let pruned = runtime.block_on(async {
-            let client = kk_live::make_client(client_options)
-                .await
-                .map_err(|e| Failure(format!("{which}: {e}")))?;
-            let candidates = kk_live::apply::prune_candidates(&client, objects, &options)
-                .await
-                .map_err(|e| Failure(format!("{which}: {e}")))?;
-            let mut lines = Vec::new();
-            for (object, resource, namespace, name) in candidates {
-                if resource.kind == "NodePool" && !args.prune_nodepools {
-                    lines.push(format!(
-                        "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
-                    ));
-                    continue;
-                }
-                if options.dry_run {
-                    lines.push(format!("{object} would be pruned"));
-                    continue;
-                }
-                kk_live::apply::delete(&client, &resource, namespace.as_deref(), &name)
+    // The inventory of each cluster: what this spec's applies created there. --prune deletes
+    // what is recorded and no longer in the bundle; without it, new objects are added.
+    if !options.dry_run
+        && let Some((spec, _)) = &collected.spec
+    {
+        let cluster = spec.metadata.name.clone();
+        for (which, client_options, objects) in &wanted {
+            let lines = runtime.block_on(async {
+                let client = kk_live::make_client(client_options)
                     .await
-                    .map_err(|e| Failure(format!("{which}: delete {object}: {e}")))?;
-                lines.push(format!("{object} pruned"));
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                let keep = kk_live::apply::inventory_lines(&client, objects, &options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                let recorded = kk_live::apply::read_inventory(&client, &cluster)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: read the inventory: {e}")))?;
+                let mut lines = Vec::new();
+                let mut next: std::collections::BTreeSet<String> =
+                    recorded.union(&keep).cloned().collect();
+                if args.prune {
+                    let candidates = kk_live::apply::prune_candidates(&client, &recorded, &keep)
+                        .await
+                        .map_err(|e| Failure(format!("{which}: {e}")))?;
+                    next = keep.clone();
+                    for (object, resource, namespace, name) in candidates {
+                        if resource.kind == "NodePool" && !args.prune_nodepools {
+                            lines.push(format!(
+                                "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
+                            ));
+                            next.insert(format!(
+                                "{} {} {} {name}",
+                                resource.api_version,
+                                resource.kind,
+                                namespace.as_deref().unwrap_or("-")
+                            ));
+                            continue;
+                        }
+                        kk_live::apply::delete(&client, &resource, namespace.as_deref(), &name)
+                            .await
+                            .map_err(|e| Failure(format!("{which}: delete {object}: {e}")))?;
+                        lines.push(format!("{object} pruned"));
+                    }
+                }
+                kk_live::apply::write_inventory(&client, &cluster, &next, &options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: record the inventory: {e}")))?;
+                Ok::<_, Failure>(lines)
+            })?;
+            for line in lines {
+                eprintln!("{which}: {line}");
             }
-            Ok::<_, Failure>(lines)
-        })?;
-        for line in pruned {
-            eprintln!("{which}: {line}");
         }
+    } else if args.prune && !options.dry_run {
+        return Err(Failure(
+            "--prune needs a spec: its cluster name scopes what may be deleted".into(),
+        ));
     }
     for u in &unchecked {
         eprintln!(

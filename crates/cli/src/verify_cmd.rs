@@ -167,6 +167,19 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         }
         let _ = writeln!(err, "{pool}: {phase} after {:.1}s", at.as_secs_f64());
     };
+    // On a terminal, one status line that ticks while a phase is awaited; plain lines only
+    // otherwise (logs, CI).
+    let timeout = args.timeout;
+    let waiting = move |pool: &str, phase: &str, waited: Duration| {
+        if tty {
+            let _ = write!(
+                std::io::stderr().lock(),
+                "\r\x1b[K{pool}: waiting for {phase}… {}s (timeout {}s)",
+                waited.as_secs(),
+                timeout.as_secs()
+            );
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -183,7 +196,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
                     "{}: creating kk-verify-{} (run {})",
                     t.pool, t.pool, options.run_id
                 );
-                let mut r = verify::verify_pool(&client, t, &options, &progress).await;
+                let mut r = verify::verify_pool(&client, t, &options, &progress, &waiting).await;
                 if let Outcome::Stalled { evidence, .. } = &mut r.outcome
                     && !args.no_doctor
                 {

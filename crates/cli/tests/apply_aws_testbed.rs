@@ -56,8 +56,9 @@ fn world(tb: &kk_live::testbed::Testbed) -> World {
         tb,
         "import uuid
 n = 'aws' + uuid.uuid4().hex[:6]
-vpc = ec2.describe_vpcs(Filters=[{'Name': 'isDefault', 'Values': ['true']}])['Vpcs'][0]['VpcId']
-subnet = ec2.describe_subnets(Filters=[{'Name': 'vpc-id', 'Values': [vpc]}])['Subnets'][0]['SubnetId']
+# A VPC of its own: tests running at once must not tag the same subnet.
+vpc = ec2.create_vpc(CidrBlock='10.0.0.0/16')['Vpc']['VpcId']
+subnet = ec2.create_subnet(VpcId=vpc, CidrBlock='10.0.1.0/24')['Subnet']['SubnetId']
 nodes = ec2.create_security_group(GroupName=n + '-nodes', Description='nodes', VpcId=vpc)['GroupId']
 ec2.create_tags(Resources=[subnet, nodes], Tags=[{'Key': 'karpenter.sh/discovery', 'Value': n}])
 cp = ec2.create_security_group(GroupName=n + '-cp', Description='cp', VpcId=vpc)['GroupId']

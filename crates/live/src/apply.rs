@@ -278,6 +278,24 @@ pub fn json_diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
                 );
             }
         }
+        // Scripts (userData) and config files: the changed lines, not two whole texts.
+        (Value::String(a), Value::String(b))
+            if a != b && (a.contains('\n') || b.contains('\n')) =>
+        {
+            let old: std::collections::BTreeSet<&str> = a.lines().collect();
+            let new: std::collections::BTreeSet<&str> = b.lines().collect();
+            out.push(format!("{path}: (text)"));
+            out.extend(
+                a.lines()
+                    .filter(|l| !new.contains(l))
+                    .map(|l| format!("  - {l}")),
+            );
+            out.extend(
+                b.lines()
+                    .filter(|l| !old.contains(l))
+                    .map(|l| format!("  + {l}")),
+            );
+        }
         (a, b) if a != b => out.push(format!("{path}: {a} -> {b}")),
         _ => {}
     }
@@ -326,45 +344,123 @@ pub async fn diff_all(
 /// The label every rendered object carries; `--prune` deletes only objects with it.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
 
-/// Objects of the kinds in `objects` that carry our label but are not among `objects`:
-/// what `--prune` deletes. Returns (label, kind, namespace, name).
-pub async fn prune_candidates(
+/// Where `apply` records what it applied for one cluster (kube-system, one ConfigMap per
+/// cluster name), so that `--prune` deletes only objects this cluster's applies created — never
+/// another cluster's objects that share the label (several clusters' kubean/ objects live in
+/// one management cluster).
+pub fn inventory_name(cluster: &str) -> String {
+    format!("kubean-karpenter-applied-{cluster}")
+}
+
+const INVENTORY_NAMESPACE: &str = "kube-system";
+
+/// `apiVersion kind namespace name` (namespace `-` for cluster-scoped objects) per object.
+pub async fn inventory_lines(
     client: &Client,
     objects: &[(String, Value)],
     options: &ApplyOptions,
+) -> Result<std::collections::BTreeSet<String>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let mut out = std::collections::BTreeSet::new();
+    for (source, value) in objects {
+        let t = resolve(&discovery, source, value, options)?;
+        out.insert(format!(
+            "{} {} {} {}",
+            t.resource.api_version,
+            t.resource.kind,
+            t.namespace.as_deref().unwrap_or("-"),
+            t.object.metadata.name.as_deref().unwrap_or("")
+        ));
+    }
+    Ok(out)
+}
+
+/// The recorded inventory (empty when none was recorded yet).
+pub async fn read_inventory(
+    client: &Client,
+    cluster: &str,
+) -> Result<std::collections::BTreeSet<String>, kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
+    Ok(api
+        .get_opt(&inventory_name(cluster))
+        .await?
+        .and_then(|cm| cm.data)
+        .and_then(|mut d| d.remove("objects"))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default())
+}
+
+/// Records `lines` as the inventory (server-side apply, our field manager).
+pub async fn write_inventory(
+    client: &Client,
+    cluster: &str,
+    lines: &std::collections::BTreeSet<String>,
+    options: &ApplyOptions,
+) -> Result<(), kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": inventory_name(cluster), "namespace": INVENTORY_NAMESPACE,
+                     "labels": {MANAGED_BY.0: MANAGED_BY.1, "kubean-karpenter.io/cluster": cluster}},
+        "data": {"objects": lines.iter().cloned().collect::<Vec<_>>().join("\n")},
+    });
+    let mut params = PatchParams::apply(&options.field_manager);
+    params.force = true;
+    api.patch(&inventory_name(cluster), &params, &Patch::Apply(&cm))
+        .await
+        .map(|_| ())
+}
+
+/// What `--prune` would delete: recorded objects not in `keep` that still exist and still
+/// carry our label. Returns (label, resource, namespace, name).
+pub async fn prune_candidates(
+    client: &Client,
+    recorded: &std::collections::BTreeSet<String>,
+    keep: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<(String, ApiResource, Option<String>, String)>, ApplyError> {
     let discovery = Discovery::new(client.clone())
         .run()
         .await
         .map_err(ApplyError::Unreachable)?;
-    let targets = objects
-        .iter()
-        .map(|(source, value)| resolve(&discovery, source, value, options))
-        .collect::<Result<Vec<_>, _>>()?;
-    let wanted: std::collections::BTreeSet<String> = targets.iter().map(label).collect();
-    let mut kinds: Vec<ApiResource> = Vec::new();
-    for t in &targets {
-        if !kinds.iter().any(|k| k == &t.resource) {
-            kinds.push(t.resource.clone());
-        }
-    }
-    let selector =
-        kube::api::ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     let mut out = Vec::new();
-    for resource in kinds {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let list = api.list(&selector).await.map_err(ApplyError::Unreachable)?;
-        for o in list {
-            let name = o.metadata.name.clone().unwrap_or_default();
-            let ns = o.metadata.namespace.clone();
-            let l = match &ns {
-                Some(n) => format!("{n}/{}/{name}", resource.kind),
-                None => format!("{}/{name}", resource.kind),
-            };
-            if !wanted.contains(&l) {
-                out.push((l, resource.clone(), ns, name));
-            }
+    for line in recorded.difference(keep) {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [api_version, kind, namespace, name] = parts[..] else {
+            continue;
+        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let Some((resource, _)) =
+            discovery.resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+        else {
+            continue;
+        };
+        let ns = (namespace != "-").then(|| namespace.to_owned());
+        let api: Api<DynamicObject> = match &ns {
+            Some(n) => Api::namespaced_with(client.clone(), n, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let Some(live) = api.get_opt(name).await.map_err(ApplyError::Unreachable)? else {
+            continue;
+        };
+        let ours = live
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MANAGED_BY.0))
+            .is_some_and(|v| v == MANAGED_BY.1);
+        if !ours {
+            continue;
         }
+        let l = match &ns {
+            Some(n) => format!("{n}/{kind}/{name}"),
+            None => format!("{kind}/{name}"),
+        };
+        out.push((l, resource, ns, name.to_owned()));
     }
     Ok(out)
 }

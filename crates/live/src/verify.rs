@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -217,6 +219,7 @@ struct Follower<'a> {
     phases: Vec<Phase>,
     timeout: Duration,
     progress: &'a (dyn Fn(&str, &str, Duration) + Sync),
+    waiting: &'a (dyn Fn(&str, &str, Duration) + Sync),
     pool: String,
 }
 
@@ -249,6 +252,7 @@ impl Follower<'_> {
             if phase_start.elapsed() > self.timeout {
                 return Ok(Wait::Stalled(evidence));
             }
+            (self.waiting)(&self.pool, name, phase_start.elapsed());
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
@@ -295,12 +299,14 @@ fn pod_summary(p: &Pod) -> String {
     )
 }
 
-/// Proves one pool; `progress(pool, phase, at)` is called as each phase happens.
+/// Proves one pool; `progress(pool, phase, at)` is called as each phase happens, and
+/// `waiting(pool, phase, for)` about once a second while a phase has not happened yet.
 pub async fn verify_pool(
     client: &Client,
     target: &PoolTarget,
     options: &VerifyOptions,
     progress: &(dyn Fn(&str, &str, Duration) + Sync),
+    waiting: &(dyn Fn(&str, &str, Duration) + Sync),
 ) -> PoolResult {
     let mut f = Follower {
         client,
@@ -308,6 +314,7 @@ pub async fn verify_pool(
         phases: Vec::new(),
         timeout: options.phase_timeout,
         progress,
+        waiting,
         pool: target.pool.clone(),
     };
     let outcome = match follow(&mut f, target, options).await {
@@ -509,8 +516,14 @@ pub async fn cleanup(client: &Client, namespace: &str, run_id: &str) -> Vec<Stri
     if let Ok(list) = deployments.list(&selector).await {
         for d in list {
             let name = d.metadata.name.unwrap_or_default();
+            // Scale to zero first and delete in the foreground: a ReplicaSet not yet collected
+            // would otherwise replace the pods deleted below.
+            let zero = json!({"spec": {"replicas": 0}});
+            let _ = deployments
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&zero))
+                .await;
             if deployments
-                .delete(&name, &DeleteParams::background())
+                .delete(&name, &DeleteParams::foreground())
                 .await
                 .is_ok()
             {
