@@ -177,6 +177,32 @@ def install_karpenter_patches(prices: dict[str, float]) -> None:
     spot_instances.SpotInstances.describe_spot_price_history = describe_spot_price_history
 
 
+def install_managed_policies() -> None:
+    """AWS's managed policies, which the rendered node role attaches, plus those newer than
+    moto 5.2.1's copy:
+    AmazonEC2ContainerRegistryPullOnly (published by AWS in 2024: ecr:GetAuthorizationToken,
+    ecr:BatchGetImage, ecr:GetDownloadUrlForLayer on *). Without it AttachRolePolicy answers
+    NoSuchEntity as if the policy did not exist."""
+    from moto.iam import models as iam_models
+
+    # moto loads AWS managed policies only when asked (its default attaches none).
+    os.environ["MOTO_IAM_LOAD_MANAGED_POLICIES"] = "true"
+    policies = json.loads(iam_models.aws_managed_policies_data)
+    policies.setdefault("AmazonEC2ContainerRegistryPullOnly", {
+        "CreateDate": "2024-10-02T00:00:00+00:00",
+        "DefaultVersionId": "v1",
+        "Document": {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow",
+            "Action": ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+            "Resource": "*",
+        }]},
+        "IsAttachable": True,
+        "Path": "/",
+        "UpdateDate": "2024-10-02T00:00:00+00:00",
+    })
+    iam_models.aws_managed_policies_data = json.dumps(policies)
+
+
 def install_faults(faults_dir: str) -> None:
     """Refusals moto cannot produce itself (it enforces no IAM), switched on by files in
     faults_dir so a lab test can break one thing on purpose. Each is a stand-in: AWS would
@@ -225,6 +251,7 @@ def main() -> int:
     from moto.server import ThreadedMotoServer
 
     install_seed_hook()
+    install_managed_policies()
     if args.ec2_data:
         install_karpenter_patches(on_demand_prices(args.ec2_data))
     if args.faults:

@@ -41,6 +41,33 @@ pub struct ApplyArgs {
     /// Take over fields another field manager owns.
     #[arg(long)]
     force_conflicts: bool,
+    /// With a spec: skip the AWS side (node role, trust, instance profile, policies, discovery
+    /// and cluster tags, the API port rule), which otherwise runs first, through the standard
+    /// AWS credential chain.
+    #[arg(long)]
+    skip_aws: bool,
+    /// With a spec: skip the Helm releases (EBS CSI driver, Karpenter), which otherwise run
+    /// through the `helm` CLI after the namespaces.
+    #[arg(long)]
+    skip_helm: bool,
+    /// The Karpenter controller's IAM role: the controller policy is attached to it.
+    #[arg(long)]
+    controller_role: Option<String>,
+    /// The rotator's IAM role: the rotator policy is attached to it.
+    #[arg(long)]
+    rotator_role: Option<String>,
+    /// Show what would change (each object's server-side dry run against the live object, and
+    /// the AWS calls) and change nothing.
+    #[arg(long)]
+    diff: bool,
+    /// After applying, delete objects of the applied kinds that carry our label
+    /// (app.kubernetes.io/managed-by=kubean-karpenter) and that the bundle no longer has.
+    #[arg(long)]
+    prune: bool,
+    /// With --prune: also delete NodePools the bundle no longer has. Deleting a NodePool
+    /// terminates every node it launched, so it is never done without this flag.
+    #[arg(long)]
+    prune_nodepools: bool,
     /// Output: text, or json (one object per applied manifest).
     #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
     output: String,
@@ -65,6 +92,8 @@ struct Collected {
     cluster: Vec<(String, Value)>,
     management_access: Option<ClientOptions>,
     cluster_access: Option<ClientOptions>,
+    /// The spec and its bundle, when a spec was given (the AWS and Helm steps need them).
+    spec: Option<(kk_spec::ElasticCluster, Bundle)>,
 }
 
 impl Collected {
@@ -111,6 +140,7 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
             for (rel, value) in bundle.manifests() {
                 collected.push(format!("{}#{rel}", source.name), &rel, value);
             }
+            collected.spec = Some((loaded.spec.clone(), bundle.clone()));
             let spec = &loaded.spec.spec;
             collected.management_access = collected
                 .management_access
@@ -180,6 +210,58 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     } else {
         "applied"
     };
+    let plan_only = options.dry_run || args.diff;
+    // Every step after the one that failed, for the "not applied" list.
+    let mut later: Vec<String> = Vec::new();
+    if collected.spec.is_some() {
+        if !args.skip_helm {
+            later.push("Helm releases".into());
+        }
+        later.push("Kubernetes objects".into());
+    }
+    if let Some((spec, bundle)) = &collected.spec
+        && !args.skip_aws
+    {
+        let desired = crate::apply_aws::desired(
+            spec,
+            bundle,
+            args.controller_role.clone(),
+            args.rotator_role.clone(),
+        )?;
+        let region = spec.spec.aws.region.clone();
+        let result = runtime.block_on(async {
+            let sdk = kk_live::store::aws_config(Some(region), None)
+                .await
+                .map_err(|e| Failure(format!("aws: {e}")))?;
+            Ok::<_, Failure>(kk_live::aws_apply::reconcile(&sdk, &desired, plan_only).await)
+        })?;
+        match result {
+            Ok(outcome) => crate::apply_aws::report(&outcome, plan_only),
+            Err(e) => {
+                crate::apply_aws::report(&e.outcome, plan_only);
+                let done: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
+                let mut not_applied = e.not_attempted.clone();
+                not_applied.extend(later);
+                return Err(Failure(format!(
+                    "aws: step \"{}\" failed: {}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
+                    e.failed,
+                    e.message,
+                    if done.is_empty() {
+                        "nothing".to_owned()
+                    } else {
+                        done.join(", ")
+                    },
+                    not_applied.join(", ")
+                )));
+            }
+        }
+    }
+    let helm_releases = match &collected.spec {
+        Some((spec, bundle)) if !args.skip_helm && !args.diff => {
+            Some((crate::apply_aws::releases(spec, bundle), bundle.clone()))
+        }
+        _ => None,
+    };
     let mut applied = Vec::new();
     let mut unchecked: Vec<String> = Vec::new();
     let mut batches: Vec<(&str, ClientOptions, Objects)> = Vec::new();
@@ -190,11 +272,66 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     }
     let (namespaces, rest) = namespaces_first(collected.cluster);
     batches.push(("new cluster", cluster_options.clone(), namespaces));
-    batches.push(("new cluster", cluster_options, rest));
+    batches.push(("new cluster", cluster_options.clone(), rest));
+    if args.diff {
+        let mut changed = 0;
+        for (which, client_options, objects) in &batches {
+            if objects.is_empty() {
+                continue;
+            }
+            let diffs = runtime.block_on(async {
+                let client = kk_live::make_client(client_options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                kk_live::apply::diff_all(&client, objects, &options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))
+            })?;
+            for (object, changes) in diffs {
+                if changes.is_empty() {
+                    println!("{object}: unchanged");
+                } else {
+                    changed += 1;
+                    println!("{object}:");
+                    for c in changes {
+                        println!("  {c}");
+                    }
+                }
+            }
+        }
+        eprintln!("{changed} object(s) would change");
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let last_batch = batches.len() - 1;
+    // What each cluster should hold, for --prune.
+    let mut wanted: Vec<(&str, ClientOptions, Objects)> = Vec::new();
+    {
+        for (which, client_options, objects) in &batches {
+            match wanted.iter_mut().find(|(w, _, _)| w == which) {
+                Some((_, _, all)) => all.extend(objects.iter().cloned()),
+                None => wanted.push((which, client_options.clone(), objects.clone())),
+            }
+        }
+    }
     // Namespaces of the batch so far: in a dry run they are not created, so objects in them
     // cannot be checked yet (the apiserver answers 404 for the namespace).
     let mut batch_namespaces: Vec<String> = Vec::new();
-    for (which, client_options, mut objects) in batches {
+    for (index, (which, client_options, mut objects)) in batches.into_iter().enumerate() {
+        // Helm after the new cluster's namespaces, before its other objects (the charts
+        // install the CRDs and controllers those objects need).
+        if index == last_batch
+            && let Some((releases, bundle)) = &helm_releases
+        {
+            for (release, action) in crate::apply_aws::helm(
+                releases,
+                bundle,
+                client_options.kubeconfig.as_deref(),
+                client_options.context.as_deref(),
+                options.dry_run,
+            )? {
+                eprintln!("helm: {release}: {action}");
+            }
+        }
         if objects.is_empty() {
             continue;
         }
@@ -273,8 +410,88 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
                 ));
                 return Err(Failure(message));
             }
+            Err(ApplyError::Partial {
+                applied: done,
+                refusal,
+                not_applied,
+            }) => {
+                let mut now: Vec<String> = applied
+                    .iter()
+                    .chain(done.iter())
+                    .map(|a: &kk_live::Applied| format!("{}/{}", a.kind, a.name))
+                    .collect();
+                if now.is_empty() {
+                    now.push("nothing".into());
+                }
+                return Err(Failure(format!(
+                    "{refusal}\n{which}: the apiserver refused an object after the dry run passed\napplied: {}\nnot applied: {}\nre-running apply resumes: server-side apply of what is already there changes nothing",
+                    now.join(", "),
+                    std::iter::once(refusal.object.clone())
+                        .chain(not_applied)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
             Err(other) => return Err(Failure(format!("{which}: {other}"))),
         }
+    }
+    // The inventory of each cluster: what this spec's applies created there. --prune deletes
+    // what is recorded and no longer in the bundle; without it, new objects are added.
+    if !options.dry_run
+        && let Some((spec, _)) = &collected.spec
+    {
+        let cluster = spec.metadata.name.clone();
+        for (which, client_options, objects) in &wanted {
+            let lines = runtime.block_on(async {
+                let client = kk_live::make_client(client_options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                let keep = kk_live::apply::inventory_lines(&client, objects, &options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: {e}")))?;
+                let recorded = kk_live::apply::read_inventory(&client, &cluster)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: read the inventory: {e}")))?;
+                let mut lines = Vec::new();
+                let mut next: std::collections::BTreeSet<String> =
+                    recorded.union(&keep).cloned().collect();
+                if args.prune {
+                    let candidates = kk_live::apply::prune_candidates(&client, &recorded, &keep)
+                        .await
+                        .map_err(|e| Failure(format!("{which}: {e}")))?;
+                    next = keep.clone();
+                    for (object, resource, namespace, name) in candidates {
+                        if resource.kind == "NodePool" && !args.prune_nodepools {
+                            lines.push(format!(
+                                "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
+                            ));
+                            next.insert(format!(
+                                "{} {} {} {name}",
+                                resource.api_version,
+                                resource.kind,
+                                namespace.as_deref().unwrap_or("-")
+                            ));
+                            continue;
+                        }
+                        kk_live::apply::delete(&client, &resource, namespace.as_deref(), &name)
+                            .await
+                            .map_err(|e| Failure(format!("{which}: delete {object}: {e}")))?;
+                        lines.push(format!("{object} pruned"));
+                    }
+                }
+                kk_live::apply::write_inventory(&client, &cluster, &next, &options)
+                    .await
+                    .map_err(|e| Failure(format!("{which}: record the inventory: {e}")))?;
+                Ok::<_, Failure>(lines)
+            })?;
+            for line in lines {
+                eprintln!("{which}: {line}");
+            }
+        }
+    } else if args.prune && !options.dry_run {
+        return Err(Failure(
+            "--prune needs a spec: its cluster name scopes what may be deleted".into(),
+        ));
     }
     for u in &unchecked {
         eprintln!(
@@ -284,7 +501,7 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     if args.output == "json" {
         let list: Vec<Value> = applied
             .iter()
-            .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "result": verb}))
+            .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "resourceVersion": a.resource_version, "result": verb}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&list)?);
     } else {

@@ -6,10 +6,12 @@
 //!
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
+mod apply_aws;
 mod apply_cmd;
 mod catalog_cmd;
 mod completion_cmd;
 mod controller_cmd;
+mod doctor_cmd;
 mod files;
 mod kubeconfig_cmd;
 mod lint_cmd;
@@ -17,6 +19,7 @@ mod plan_cmd;
 mod report;
 mod sources;
 mod token_cmd;
+mod verify_cmd;
 mod version_cmd;
 
 #[cfg(test)]
@@ -77,6 +80,13 @@ enum Command {
     /// a rendered bundle, or manifests. A refusal prints the apiserver's message and
     /// applies nothing.
     Apply(apply_cmd::ApplyArgs),
+    /// Read-only checks of the running cluster and its AWS account: the seed's checklist and
+    /// failure points, each with evidence and a fix (exit 1 if one fails).
+    Doctor(doctor_cmd::DoctorArgs),
+    /// Prove scale-up for every pool: follow pod Pending -> NodeClaim -> Launched -> Registered ->
+    /// Initialized -> pod Running (-> GPU advertised, CUDA test), time each phase, and name the
+    /// phase that stalls with its likely causes (exit 1). Cleans up what it created.
+    Verify(verify_cmd::VerifyArgs),
     /// Simulate Karpenter's scheduler: which NodeClaims (pool, instance types, capacity type,
     /// zone, $/h) the workloads would create, and which pods stay Pending and why
     /// (exit 1 if any).
@@ -133,6 +143,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Lint(args) => lint_cmd::lint(args),
         Command::Apply(args) => apply_cmd::run(args),
+        Command::Doctor(args) => doctor_cmd::run(args),
+        Command::Verify(args) => verify_cmd::run(args),
         Command::Kubeconfig(args) => kubeconfig_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),

@@ -114,6 +114,8 @@ fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
         &[
             "--mgmt-kubeconfig",
             testbed.kubeconfig.to_str().unwrap(),
+            "--skip-aws",
+            "--skip-helm",
             "--dry-run=server",
             "-o",
             "json",
@@ -164,7 +166,10 @@ fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_mana
     assert_ne!(example, kk_spec::EXAMPLE);
     std::fs::write(&spec, &example).unwrap();
     // No management cluster named: refused before anything is sent.
-    let out = apply(&testbed, &[spec.to_str().unwrap()]);
+    let out = apply(
+        &testbed,
+        &["--skip-aws", "--skip-helm", spec.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -190,6 +195,8 @@ fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_mana
         &[
             "--mgmt-kubeconfig",
             testbed.kubeconfig.to_str().unwrap(),
+            "--skip-aws",
+            "--skip-helm",
             "-o",
             "json",
             spec.to_str().unwrap(),

@@ -11,14 +11,10 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use lab::{Lab, condition, is_true, pool_of};
+use lab::{Lab, claim_of, condition, edit_store, is_true};
 use serde_json::json;
 
 const MIN: Duration = Duration::from_secs(60);
-
-fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
-    lab.nodeclaims().into_iter().find(|nc| pool_of(nc) == pool)
-}
 
 fn claim_named(lab: &Lab, name: &str) -> Option<DynamicObject> {
     lab.nodeclaims()
@@ -203,16 +199,6 @@ fn seed_story_gpu_pool_runs_the_cuda_pod_once_the_device_plugin_advertises_the_g
             .filter(running)
     });
     lab.print_phases();
-}
-
-/// Rewrites one key of the join configuration in the SSM store (what a stale or broken
-/// store holds); returns nothing, panics if the store is missing.
-fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
-    lab.aws(&format!(
-        "v = ssm.get_parameter(Name='{store}', WithDecryption=True)['Parameter']['Value']\n\
-         lines = [l for l in v.splitlines() if not l.startswith('{key}=')] + ['{key}={value}']\n\
-         ssm.put_parameter(Name='{store}', Value='\\n'.join(lines), Type='SecureString', Overwrite=True)"
-    ));
 }
 
 /// Waits until the pool's NodeClaim is Launched; its provider ID.

@@ -36,6 +36,8 @@ pub struct Applied {
     pub kind: String,
     pub name: String,
     pub namespace: Option<String>,
+    /// The object's resourceVersion after the apply (unchanged by a no-op apply).
+    pub resource_version: Option<String>,
 }
 
 /// One object the apiserver refused, in its own words.
@@ -62,8 +64,13 @@ pub enum ApplyError {
     #[error("{} object(s) refused by the apiserver; nothing applied", .0.len())]
     Refused(Vec<Refusal>),
     /// A real apply failed after the dry run passed (a race or an admission webhook).
-    #[error("{applied} object(s) applied, then {refusal}")]
-    Partial { applied: usize, refusal: Refusal },
+    #[error("{} object(s) applied, then {refusal}", .applied.len())]
+    Partial {
+        applied: Vec<Applied>,
+        refusal: Box<Refusal>,
+        /// `Kind/name` of the objects after the refused one, not applied.
+        not_applied: Vec<String>,
+    },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
     #[error("cannot reach the apiserver: {0}")]
@@ -109,8 +116,23 @@ fn resolve(
                 "the apiserver serves no {kind} in {api_version} (CRD not installed?)"
             ))
         })?;
-    let object: DynamicObject =
+    let mut object: DynamicObject =
         serde_json::from_value(value.clone()).map_err(|e| invalid(format!("{kind}: {e}")))?;
+    // A Namespace that sets nothing but its name leaves the applier owning no field: the
+    // apiserver then records a `before-first-apply` manager, and every later apply rewrites the
+    // managed fields and bumps the resourceVersion. Applying the label the apiserver sets on
+    // every Namespace anyway (kubernetes.io/metadata.name = its name) makes a re-apply a no-op.
+    if kind == "Namespace"
+        && api_version == "v1"
+        && let Some(name) = object.metadata.name.clone()
+    {
+        object
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .entry("kubernetes.io/metadata.name".to_owned())
+            .or_insert(name);
+    }
     if object
         .metadata
         .name
@@ -143,7 +165,7 @@ async fn patch(
     t: &Target,
     options: &ApplyOptions,
     dry_run: bool,
-) -> Result<(), kube::Error> {
+) -> Result<DynamicObject, kube::Error> {
     let api: Api<DynamicObject> = match &t.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &t.resource),
         None => Api::all_with(client.clone(), &t.resource),
@@ -152,9 +174,7 @@ async fn patch(
     params.force = options.force_conflicts;
     params.dry_run = dry_run;
     let name = t.object.metadata.name.clone().unwrap_or_default();
-    api.patch(&name, &params, &Patch::Apply(&t.object))
-        .await
-        .map(|_| ())
+    api.patch(&name, &params, &Patch::Apply(&t.object)).await
 }
 
 fn refusal(t: &Target, err: kube::Error) -> Result<Refusal, ApplyError> {
@@ -195,21 +215,268 @@ pub async fn apply_all(
         return Err(ApplyError::Refused(refused));
     }
     let mut applied = Vec::new();
-    for t in &targets {
-        if !options.dry_run
-            && let Err(err) = patch(client, t, options, false).await
-        {
-            return Err(ApplyError::Partial {
-                applied: applied.len(),
-                refusal: refusal(t, err)?,
-            });
+    for (i, t) in targets.iter().enumerate() {
+        let mut resource_version = None;
+        if !options.dry_run {
+            match patch(client, t, options, false).await {
+                Ok(obj) => resource_version = obj.metadata.resource_version,
+                Err(err) => {
+                    return Err(ApplyError::Partial {
+                        applied,
+                        refusal: Box::new(refusal(t, err)?),
+                        not_applied: targets[i + 1..].iter().map(label).collect(),
+                    });
+                }
+            }
         }
         applied.push(Applied {
             source: t.source.clone(),
             kind: t.resource.kind.clone(),
             name: t.object.metadata.name.clone().unwrap_or_default(),
             namespace: t.namespace.clone(),
+            resource_version,
         });
     }
     Ok(applied)
+}
+
+/// Fields the server sets that say nothing about what was applied.
+fn comparable(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        for k in [
+            "managedFields",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "uid",
+        ] {
+            m.remove(k);
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("status");
+    }
+    v
+}
+
+/// Leaf-level differences between two JSON values, as `path: old -> new`.
+pub fn json_diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                json_diff(
+                    &p,
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        // Scripts (userData) and config files: the changed lines, not two whole texts.
+        (Value::String(a), Value::String(b))
+            if a != b && (a.contains('\n') || b.contains('\n')) =>
+        {
+            let old: std::collections::BTreeSet<&str> = a.lines().collect();
+            let new: std::collections::BTreeSet<&str> = b.lines().collect();
+            out.push(format!("{path}: (text)"));
+            out.extend(
+                a.lines()
+                    .filter(|l| !new.contains(l))
+                    .map(|l| format!("  - {l}")),
+            );
+            out.extend(
+                b.lines()
+                    .filter(|l| !old.contains(l))
+                    .map(|l| format!("  + {l}")),
+            );
+        }
+        (a, b) if a != b => out.push(format!("{path}: {a} -> {b}")),
+        _ => {}
+    }
+}
+
+/// What applying `objects` would change: per object `create`, `unchanged`, or the changed
+/// fields, from a server-side dry run compared with the live object.
+pub async fn diff_all(
+    client: &Client,
+    objects: &[(String, Value)],
+    options: &ApplyOptions,
+) -> Result<Vec<(String, Vec<String>)>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let mut out = Vec::new();
+    for (source, value) in objects {
+        let t = resolve(&discovery, source, value, options)?;
+        let api: Api<DynamicObject> = match &t.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &t.resource),
+            None => Api::all_with(client.clone(), &t.resource),
+        };
+        let name = t.object.metadata.name.clone().unwrap_or_default();
+        let live = api.get_opt(&name).await.map_err(ApplyError::Unreachable)?;
+        let Some(live) = live else {
+            out.push((label(&t), vec!["create".to_owned()]));
+            continue;
+        };
+        let after = match patch(client, &t, options, true).await {
+            Ok(o) => o,
+            Err(err) => return Err(ApplyError::Refused(vec![refusal(&t, err)?])),
+        };
+        let mut changes = Vec::new();
+        json_diff(
+            "",
+            &comparable(serde_json::to_value(&live).unwrap_or_default()),
+            &comparable(serde_json::to_value(&after).unwrap_or_default()),
+            &mut changes,
+        );
+        out.push((label(&t), changes));
+    }
+    Ok(out)
+}
+
+/// The label every rendered object carries; `--prune` deletes only objects with it.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
+
+/// Where `apply` records what it applied for one cluster (kube-system, one ConfigMap per
+/// cluster name), so that `--prune` deletes only objects this cluster's applies created — never
+/// another cluster's objects that share the label (several clusters' kubean/ objects live in
+/// one management cluster).
+pub fn inventory_name(cluster: &str) -> String {
+    format!("kubean-karpenter-applied-{cluster}")
+}
+
+const INVENTORY_NAMESPACE: &str = "kube-system";
+
+/// `apiVersion kind namespace name` (namespace `-` for cluster-scoped objects) per object.
+pub async fn inventory_lines(
+    client: &Client,
+    objects: &[(String, Value)],
+    options: &ApplyOptions,
+) -> Result<std::collections::BTreeSet<String>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let mut out = std::collections::BTreeSet::new();
+    for (source, value) in objects {
+        let t = resolve(&discovery, source, value, options)?;
+        out.insert(format!(
+            "{} {} {} {}",
+            t.resource.api_version,
+            t.resource.kind,
+            t.namespace.as_deref().unwrap_or("-"),
+            t.object.metadata.name.as_deref().unwrap_or("")
+        ));
+    }
+    Ok(out)
+}
+
+/// The recorded inventory (empty when none was recorded yet).
+pub async fn read_inventory(
+    client: &Client,
+    cluster: &str,
+) -> Result<std::collections::BTreeSet<String>, kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
+    Ok(api
+        .get_opt(&inventory_name(cluster))
+        .await?
+        .and_then(|cm| cm.data)
+        .and_then(|mut d| d.remove("objects"))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default())
+}
+
+/// Records `lines` as the inventory (server-side apply, our field manager).
+pub async fn write_inventory(
+    client: &Client,
+    cluster: &str,
+    lines: &std::collections::BTreeSet<String>,
+    options: &ApplyOptions,
+) -> Result<(), kube::Error> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": inventory_name(cluster), "namespace": INVENTORY_NAMESPACE,
+                     "labels": {MANAGED_BY.0: MANAGED_BY.1, "kubean-karpenter.io/cluster": cluster}},
+        "data": {"objects": lines.iter().cloned().collect::<Vec<_>>().join("\n")},
+    });
+    let mut params = PatchParams::apply(&options.field_manager);
+    params.force = true;
+    api.patch(&inventory_name(cluster), &params, &Patch::Apply(&cm))
+        .await
+        .map(|_| ())
+}
+
+/// What `--prune` would delete: recorded objects not in `keep` that still exist and still
+/// carry our label. Returns (label, resource, namespace, name).
+pub async fn prune_candidates(
+    client: &Client,
+    recorded: &std::collections::BTreeSet<String>,
+    keep: &std::collections::BTreeSet<String>,
+) -> Result<Vec<(String, ApiResource, Option<String>, String)>, ApplyError> {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(ApplyError::Unreachable)?;
+    let mut out = Vec::new();
+    for line in recorded.difference(keep) {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [api_version, kind, namespace, name] = parts[..] else {
+            continue;
+        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let Some((resource, _)) =
+            discovery.resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+        else {
+            continue;
+        };
+        let ns = (namespace != "-").then(|| namespace.to_owned());
+        let api: Api<DynamicObject> = match &ns {
+            Some(n) => Api::namespaced_with(client.clone(), n, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let Some(live) = api.get_opt(name).await.map_err(ApplyError::Unreachable)? else {
+            continue;
+        };
+        let ours = live
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MANAGED_BY.0))
+            .is_some_and(|v| v == MANAGED_BY.1);
+        if !ours {
+            continue;
+        }
+        let l = match &ns {
+            Some(n) => format!("{n}/{kind}/{name}"),
+            None => format!("{kind}/{name}"),
+        };
+        out.push((l, resource, ns, name.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Deletes one prune candidate.
+pub async fn delete(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    };
+    api.delete(name, &kube::api::DeleteParams::background())
+        .await
+        .map(|_| ())
 }

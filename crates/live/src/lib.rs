@@ -8,14 +8,17 @@
 //! Everything else in the workspace is pure; this crate and the CLI do the I/O.
 
 pub mod apply;
+pub mod aws_apply;
 pub mod cahash;
 pub mod client;
 pub mod controller;
+pub mod doctor;
 pub mod kubeconf;
 pub mod store;
 #[doc(hidden)]
 pub mod testbed;
 pub mod token;
+pub mod verify;
 
 pub use apply::{Applied, ApplyError, ApplyOptions, Refusal, apply_all};
 pub use client::{ClientOptions, make_client};

@@ -124,13 +124,17 @@ impl Lab {
         c
     }
 
-    /// Runs the product's CLI; panics with its output unless it exits 0.
-    pub fn cli(&self, args: &[&str]) -> Output {
-        let out = self
-            .command(env!("CARGO_BIN_EXE_kubean-karpenter"))
+    /// Runs the product's CLI, whatever its exit code.
+    pub fn cli_output(&self, args: &[&str]) -> Output {
+        self.command(env!("CARGO_BIN_EXE_kubean-karpenter"))
             .args(args)
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Runs the product's CLI; panics with its output unless it exits 0.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let out = self.cli_output(args);
         assert!(
             out.status.success(),
             "kubean-karpenter {args:?}: {}{}",
@@ -206,11 +210,14 @@ impl Lab {
         // Kubean's own namespace exists wherever Kubean is installed.
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         let kubeconfig = self.var("KUBECONFIG");
+        // The lab seeds its own AWS side and runs Karpenter as a process, not a Helm release.
         self.cli(&[
             "apply",
             spec.to_str().unwrap(),
             "--mgmt-kubeconfig",
             &kubeconfig,
+            "--skip-aws",
+            "--skip-helm",
         ]);
         // Static join mode renders no rotator: the token is in the userData.
         if !bundle.join("rotator/join-token-rotator.yaml").exists() {
@@ -444,6 +451,21 @@ impl Lab {
         self.aws(DELETE_STORES);
         self.phases.clear();
     }
+}
+
+/// Rewrites one key of the join configuration in the SSM store (what a stale or broken
+/// store holds); panics if the store is missing.
+pub fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
+    lab.aws(&format!(
+        "v = ssm.get_parameter(Name='{store}', WithDecryption=True)['Parameter']['Value']\n\
+         lines = [l for l in v.splitlines() if not l.startswith('{key}=')] + ['{key}={value}']\n\
+         ssm.put_parameter(Name='{store}', Value='\\n'.join(lines), Type='SecureString', Overwrite=True)"
+    ));
+}
+
+/// The first NodeClaim of a pool.
+pub fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
+    lab.nodeclaims().into_iter().find(|nc| pool_of(nc) == pool)
 }
 
 /// A NodeClaim condition's status ("True", "False", "Unknown"), if present.

@@ -1,0 +1,176 @@
+//! `doctor`: read-only checks of a running cluster and its AWS account (kk_live::doctor),
+//! printed as a table or as JSON/YAML; exit 1 when a check fails.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kk_live::ClientOptions;
+use kk_live::doctor::{self, Facts, Status};
+
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub struct DoctorArgs {
+    /// The ElasticCluster spec the cluster was built from. Optional with --permissions.
+    #[arg(required_unless_present = "permissions")]
+    spec: Option<String>,
+    /// Kubeconfig of the new cluster (default: the spec's `access`, then $KUBECONFIG).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context of the new cluster.
+    #[arg(long)]
+    context: Option<String>,
+    /// The Karpenter controller's IAM role: its live policies are read and evaluated
+    /// (iam:PassRole). Without it, the rendered iam/controller-policy.json is evaluated.
+    #[arg(long)]
+    controller_role: Option<String>,
+    /// How long a NodeClaim, Node or pod may stay in an intermediate state (launched but not
+    /// registered, uninitialized, Pending) before its check fails rather than warns.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    grace: std::time::Duration,
+    /// AWS region (default: the spec's).
+    #[arg(long)]
+    region: Option<String>,
+    /// Skip every AWS call (checks that need AWS are reported skipped).
+    #[arg(long)]
+    no_aws: bool,
+    /// Print the read-only RBAC (ClusterRole) and IAM policy doctor needs, and exit.
+    #[arg(long)]
+    permissions: bool,
+    /// Output: text, json or yaml.
+    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
+    output: String,
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    kk_live::token::parse_duration(text)
+}
+
+fn print_value(value: &serde_json::Value, output: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    if output == "yaml" {
+        out.write_all(serde_saphyr::to_string(value)?.as_bytes())?;
+    } else {
+        writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    }
+    Ok(())
+}
+
+pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
+    if args.permissions {
+        let store_arn = match &args.spec {
+            Some(spec) => {
+                let (loaded, _) = crate::load_spec(spec)?;
+                let facts = Facts::from_spec(&loaded.spec);
+                let aws = &loaded.spec.spec.aws;
+                facts.store.map(|(kind, name)| match kind {
+                    kk_live::store::StoreKind::Ssm => format!(
+                        "arn:aws:ssm:{}:{}:parameter/{}",
+                        aws.region,
+                        aws.account_id,
+                        name.trim_start_matches('/')
+                    ),
+                    kk_live::store::StoreKind::SecretsManager => format!(
+                        "arn:aws:secretsmanager:{}:{}:secret:{name}-*",
+                        aws.region, aws.account_id
+                    ),
+                })
+            }
+            None => None,
+        };
+        let both = serde_json::json!({
+            "clusterRole": doctor::permissions::cluster_role(),
+            "iamPolicy": doctor::permissions::iam_policy(store_arn.as_deref()),
+        });
+        print_value(
+            &both,
+            if args.output == "text" {
+                "yaml"
+            } else {
+                &args.output
+            },
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let spec_arg = args.spec.as_deref().unwrap_or("-");
+    let (loaded, base) = crate::load_spec(spec_arg)?;
+    let mut facts = Facts::from_spec(&loaded.spec);
+    facts.grace = args.grace;
+    facts.controller_role = args.controller_role.clone();
+    let bundle = crate::files::render_spec(&loaded, &base)?;
+    if let Some(text) = bundle.files.get("iam/controller-policy.json") {
+        facts.rendered_controller_policy = serde_json::from_str(text).ok();
+    }
+    let options = if args.kubeconfig.is_some() || args.context.is_some() {
+        ClientOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+        }
+    } else {
+        loaded
+            .spec
+            .spec
+            .access
+            .as_ref()
+            .map(|a| ClientOptions {
+                kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
+                context: a.context.clone(),
+            })
+            .unwrap_or_default()
+    };
+    let region = args
+        .region
+        .clone()
+        .unwrap_or_else(|| loaded.spec.spec.aws.region.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(async {
+        let client = kk_live::cahash::connect(&options, false)
+            .await
+            .map_err(|e| Failure(e.to_string()))?
+            .client;
+        let sdk = if args.no_aws {
+            None
+        } else {
+            Some(
+                kk_live::store::aws_config(Some(region), None)
+                    .await
+                    .map_err(|e| Failure(e.to_string()))?,
+            )
+        };
+        Ok::<_, Failure>(doctor::run(&client, sdk.as_ref(), &facts).await)
+    })?;
+    if args.output == "text" {
+        let mut out = std::io::stdout().lock();
+        for c in &report.checks {
+            writeln!(
+                out,
+                "{:<8} {:<28} {}",
+                c.status.as_str().to_uppercase(),
+                c.id,
+                c.title
+            )?;
+            for e in &c.evidence {
+                writeln!(out, "         {:<28}   {e}", "")?;
+            }
+            if c.status != Status::Ok && c.status != Status::Skipped && !c.fix.is_empty() {
+                writeln!(out, "         {:<28}   fix: {}", "", c.fix)?;
+            }
+        }
+        let summary = report.to_json()["summary"].clone();
+        writeln!(
+            out,
+            "{} ok, {} warn, {} fail, {} skipped in {:.2}s",
+            summary["ok"], summary["warn"], summary["fail"], summary["skipped"], summary["seconds"]
+        )?;
+    } else {
+        print_value(&report.to_json(), &args.output)?;
+    }
+    Ok(if report.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

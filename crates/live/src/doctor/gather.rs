@@ -1,0 +1,504 @@
+//! Reads, once, everything the checks judge. Only get/list/describe calls (see
+//! [`super::permissions`]). A source that cannot be read is kept as its error, and the checks
+//! that need it are skipped with that reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+use super::Facts;
+use crate::store::{JoinConfig, JoinStore};
+use crate::token::{self, TokenInfo};
+
+/// An EC2 instance as the checks see it.
+#[derive(Debug, Clone, Default)]
+pub struct Instance {
+    pub state: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One ingress permission of a security group.
+#[derive(Debug, Clone, Default)]
+pub struct Ingress {
+    pub protocol: String,
+    pub from_port: Option<i32>,
+    pub to_port: Option<i32>,
+    pub cidrs: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SecurityGroup {
+    pub id: String,
+    pub ingress: Vec<Ingress>,
+}
+
+/// A binding's role and subjects.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub namespace: Option<String>,
+    pub name: String,
+    pub role_kind: String,
+    pub role: String,
+    pub subjects: Vec<Subject>,
+}
+
+#[derive(Debug, Default)]
+pub struct Rbac {
+    pub bindings: Vec<Binding>,
+    /// `ClusterRole/<name>` and `Role/<ns>/<name>` that exist.
+    pub roles: BTreeSet<String>,
+}
+
+type Read<T> = Result<T, String>;
+
+/// Everything the checks judge.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub now: jiff::Timestamp,
+    pub server_version: Read<String>,
+    pub nodes: Read<Vec<Node>>,
+    pub pods: Read<Vec<Pod>>,
+    pub warning_events: Read<Vec<Event>>,
+    pub nodeclaims: Read<Vec<DynamicObject>>,
+    pub nodepools: Read<Vec<DynamicObject>>,
+    pub nodeclasses: Read<Vec<DynamicObject>>,
+    pub cluster_info: Read<Option<ConfigMap>>,
+    pub ccm_config: Read<Option<ConfigMap>>,
+    pub cluster_ca_hash: Read<String>,
+    pub tokens: Read<Vec<TokenInfo>>,
+    pub rbac: Read<Rbac>,
+    /// `None`: static join mode (no store).
+    pub store: Option<Read<Option<JoinConfig>>>,
+    /// `None`: no AWS configuration (no region/credentials).
+    pub instances: Option<Read<BTreeMap<String, Instance>>>,
+    pub control_plane_sg: Option<Read<SecurityGroup>>,
+    pub node_sgs: Option<Read<Vec<SecurityGroup>>>,
+    /// The controller role's live policies; `None` when no role was named.
+    pub controller_policies: Option<Read<Vec<(String, Value)>>>,
+}
+
+fn kube_err(what: &str, e: kube::Error) -> String {
+    format!("{what}: {}", token::error_chain(&e))
+}
+
+fn dynamic(client: &Client, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
+}
+
+async fn list_dynamic(client: &Client, group: &str, kind: &str) -> Read<Vec<DynamicObject>> {
+    dynamic(client, group, "v1", kind)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| kube_err(&format!("list {kind}s"), e))
+}
+
+/// The instance ID in `aws:///<az>/<id>`.
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let id = provider_id.strip_prefix("aws://")?.rsplit('/').next()?;
+    id.starts_with("i-").then_some(id)
+}
+
+async fn rbac(client: &Client) -> Read<Rbac> {
+    let mut out = Rbac::default();
+    let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
+    for b in crbs
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| kube_err("list ClusterRoleBindings", e))?
+    {
+        out.bindings.push(Binding {
+            namespace: None,
+            name: b.metadata.name.unwrap_or_default(),
+            role_kind: b.role_ref.kind,
+            role: b.role_ref.name,
+            subjects: b.subjects.unwrap_or_default(),
+        });
+    }
+    let crs: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    for r in crs
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(|e| kube_err("list ClusterRoles", e))?
+    {
+        out.roles.insert(format!(
+            "ClusterRole/{}",
+            r.metadata.name.unwrap_or_default()
+        ));
+    }
+    for ns in ["kube-system", "kube-public"] {
+        let rbs: Api<RoleBinding> = Api::namespaced(client.clone(), ns);
+        for b in rbs
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| kube_err(&format!("list RoleBindings in {ns}"), e))?
+        {
+            out.bindings.push(Binding {
+                namespace: Some(ns.to_owned()),
+                name: b.metadata.name.unwrap_or_default(),
+                role_kind: b.role_ref.kind,
+                role: b.role_ref.name,
+                subjects: b.subjects.unwrap_or_default(),
+            });
+        }
+        let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(client.clone(), ns);
+        for r in roles
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(|e| kube_err(&format!("list Roles in {ns}"), e))?
+        {
+            out.roles
+                .insert(format!("Role/{ns}/{}", r.metadata.name.unwrap_or_default()));
+        }
+    }
+    Ok(out)
+}
+
+fn sdk_err<
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::fmt::Debug + std::error::Error + 'static,
+>(
+    call: &str,
+    e: &aws_sdk_ec2::error::SdkError<E>,
+) -> String {
+    match e.as_service_error() {
+        Some(s) => format!(
+            "{call}: {} ({})",
+            s.message().unwrap_or("refused"),
+            s.code().unwrap_or("error")
+        ),
+        None => format!("{call}: {}", crate::token::error_chain(e)),
+    }
+}
+
+async fn instances(
+    ec2: &aws_sdk_ec2::Client,
+    ids: &BTreeSet<String>,
+) -> Read<BTreeMap<String, Instance>> {
+    let mut out = BTreeMap::new();
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    // One DescribeInstances with a filter, so that an ID moto or EC2 no longer knows is simply
+    // absent from the answer (InstanceIds would refuse the whole call).
+    let mut next: Option<String> = None;
+    loop {
+        let out_page = ec2
+            .describe_instances()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("instance-id")
+                    .set_values(Some(ids.iter().cloned().collect()))
+                    .build(),
+            )
+            .set_next_token(next.clone())
+            .send()
+            .await
+            .map_err(|e| sdk_err("ec2:DescribeInstances", &e))?;
+        for r in out_page.reservations() {
+            for i in r.instances() {
+                let id = i.instance_id().unwrap_or_default().to_owned();
+                out.insert(
+                    id,
+                    Instance {
+                        state: i
+                            .state()
+                            .and_then(|s| s.name())
+                            .map(|n| n.as_str().to_owned())
+                            .unwrap_or_default(),
+                        tags: i
+                            .tags()
+                            .iter()
+                            .map(|t| {
+                                (
+                                    t.key().unwrap_or_default().to_owned(),
+                                    t.value().unwrap_or_default().to_owned(),
+                                )
+                            })
+                            .collect(),
+                    },
+                );
+            }
+        }
+        next = out_page.next_token().map(str::to_owned);
+        if next.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+fn security_group(g: &aws_sdk_ec2::types::SecurityGroup) -> SecurityGroup {
+    SecurityGroup {
+        id: g.group_id().unwrap_or_default().to_owned(),
+        ingress: g
+            .ip_permissions()
+            .iter()
+            .map(|p| Ingress {
+                protocol: p.ip_protocol().unwrap_or_default().to_owned(),
+                from_port: p.from_port(),
+                to_port: p.to_port(),
+                cidrs: p
+                    .ip_ranges()
+                    .iter()
+                    .filter_map(|r| r.cidr_ip().map(str::to_owned))
+                    .collect(),
+                groups: p
+                    .user_id_group_pairs()
+                    .iter()
+                    .filter_map(|g| g.group_id().map(str::to_owned))
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityGroup> {
+    let out = ec2
+        .describe_security_groups()
+        .group_ids(id)
+        .send()
+        .await
+        .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+    out.security_groups()
+        .first()
+        .map(security_group)
+        .ok_or_else(|| format!("ec2:DescribeSecurityGroups: no security group {id}"))
+}
+
+async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<SecurityGroup>> {
+    let mut found = Vec::new();
+    if !facts.node_security_group_ids.is_empty() {
+        let out = ec2
+            .describe_security_groups()
+            .set_group_ids(Some(facts.node_security_group_ids.clone()))
+            .send()
+            .await
+            .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+        found.extend(out.security_groups().iter().map(security_group));
+    }
+    if let Some((key, value)) = &facts.node_security_group_tag {
+        let out = ec2
+            .describe_security_groups()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name(format!("tag:{key}"))
+                    .values(value)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+        found.extend(out.security_groups().iter().map(security_group));
+    }
+    Ok(found)
+}
+
+/// IAM returns policy documents URL-encoded (RFC 3986); some emulators return plain JSON.
+pub fn policy_document(text: &str) -> Result<Value, String> {
+    if let Ok(v) = serde_json::from_str(text) {
+        return Ok(v);
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).map_err(|e| e.to_string())?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    serde_json::from_slice(&out).map_err(|e| format!("not a JSON policy document: {e}"))
+}
+
+fn iam_err<
+    E: aws_sdk_iam::error::ProvideErrorMetadata + std::fmt::Debug + std::error::Error + 'static,
+>(
+    call: &str,
+    e: &aws_sdk_iam::error::SdkError<E>,
+) -> String {
+    match e.as_service_error() {
+        Some(s) => format!(
+            "{call}: {} ({})",
+            s.message().unwrap_or("refused"),
+            s.code().unwrap_or("error")
+        ),
+        None => format!("{call}: {}", crate::token::error_chain(e)),
+    }
+}
+
+/// The role's inline and attached (default version) policies, by name.
+pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    let inline = iam
+        .list_role_policies()
+        .role_name(role)
+        .send()
+        .await
+        .map_err(|e| iam_err("iam:ListRolePolicies", &e))?;
+    for name in inline.policy_names() {
+        let p = iam
+            .get_role_policy()
+            .role_name(role)
+            .policy_name(name)
+            .send()
+            .await
+            .map_err(|e| iam_err("iam:GetRolePolicy", &e))?;
+        out.push((
+            format!("{role}/{name}"),
+            policy_document(p.policy_document())?,
+        ));
+    }
+    let attached = iam
+        .list_attached_role_policies()
+        .role_name(role)
+        .send()
+        .await
+        .map_err(|e| iam_err("iam:ListAttachedRolePolicies", &e))?;
+    for a in attached.attached_policies() {
+        let arn = a.policy_arn().unwrap_or_default();
+        let policy = iam
+            .get_policy()
+            .policy_arn(arn)
+            .send()
+            .await
+            .map_err(|e| iam_err("iam:GetPolicy", &e))?;
+        let version = policy
+            .policy()
+            .and_then(|p| p.default_version_id())
+            .unwrap_or("v1")
+            .to_owned();
+        let v = iam
+            .get_policy_version()
+            .policy_arn(arn)
+            .version_id(&version)
+            .send()
+            .await
+            .map_err(|e| iam_err("iam:GetPolicyVersion", &e))?;
+        let doc = v
+            .policy_version()
+            .and_then(|v| v.document())
+            .ok_or_else(|| format!("iam:GetPolicyVersion {arn}: no document"))?;
+        out.push((arn.to_owned(), policy_document(doc)?));
+    }
+    Ok(out)
+}
+
+/// Reads the cluster and (with `aws`) the account.
+pub async fn gather(
+    client: &Client,
+    aws: Option<&aws_config::SdkConfig>,
+    facts: &Facts,
+) -> Snapshot {
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let events_api: Api<Event> = Api::all(client.clone());
+    let cm_public: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let cm_system: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    let all = ListParams::default();
+    let warnings = ListParams::default().fields("type=Warning");
+    let (server_version, nodes, pods, events, nodeclaims, nodepools, nodeclasses) = tokio::join!(
+        client.apiserver_version(),
+        nodes_api.list(&all),
+        pods_api.list(&all),
+        events_api.list(&warnings),
+        list_dynamic(client, "karpenter.sh", "NodeClaim"),
+        list_dynamic(client, "karpenter.sh", "NodePool"),
+        list_dynamic(client, "karpenter.k8s.aws", "EC2NodeClass"),
+    );
+    let (cluster_info, ccm_config, ca_hash, tokens, rbac) = tokio::join!(
+        cm_public.get_opt("cluster-info"),
+        cm_system.get_opt("aws-cloud-controller-manager-config"),
+        crate::cahash::from_cluster(client, "kube-system"),
+        token::list(client),
+        rbac(client),
+    );
+    let nodes = nodes
+        .map(|l| l.items)
+        .map_err(|e| kube_err("list Nodes", e));
+    let store = match &facts.store {
+        None => None,
+        Some((kind, name)) => Some(match aws {
+            None => Err("no AWS configuration (region/credentials)".to_owned()),
+            Some(sdk) => JoinStore::new(*kind, name, &facts.cluster, sdk)
+                .read()
+                .await
+                .map_err(|e| e.to_string()),
+        }),
+    };
+    let (mut instances_read, mut cp_sg, mut node_sg, mut policies) = (None, None, None, None);
+    if let Some(sdk) = aws {
+        let ec2 = aws_sdk_ec2::Client::new(sdk);
+        let mut ids = BTreeSet::new();
+        if let Ok(nodes) = &nodes {
+            ids.extend(
+                nodes
+                    .iter()
+                    .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
+                    .filter_map(instance_id)
+                    .map(str::to_owned),
+            );
+        }
+        if let Ok(claims) = &nodeclaims {
+            ids.extend(
+                claims
+                    .iter()
+                    .filter_map(|c| c.data["status"]["providerID"].as_str())
+                    .filter_map(instance_id)
+                    .map(str::to_owned),
+            );
+        }
+        let (i, c, n) = tokio::join!(
+            instances(&ec2, &ids),
+            control_plane_sg(&ec2, &facts.control_plane_security_group),
+            node_sgs(&ec2, facts),
+        );
+        instances_read = Some(i);
+        cp_sg = Some(c);
+        node_sg = Some(n);
+        if let Some(role) = &facts.controller_role {
+            policies = Some(role_policies(&aws_sdk_iam::Client::new(sdk), role).await);
+        }
+    }
+    Snapshot {
+        now: jiff::Timestamp::now(),
+        server_version: server_version
+            .map(|v| v.git_version)
+            .map_err(|e| kube_err("GET /version", e)),
+        nodes,
+        pods: pods.map(|l| l.items).map_err(|e| kube_err("list Pods", e)),
+        warning_events: events
+            .map(|l| l.items)
+            .map_err(|e| kube_err("list Events", e)),
+        nodeclaims,
+        nodepools,
+        nodeclasses,
+        cluster_info: cluster_info.map_err(|e| kube_err("get kube-public/cluster-info", e)),
+        ccm_config: ccm_config
+            .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
+        cluster_ca_hash: ca_hash.map_err(|e| e.to_string()),
+        tokens: tokens.map_err(|e| e.to_string()),
+        rbac,
+        store,
+        instances: instances_read,
+        control_plane_sg: cp_sg,
+        node_sgs: node_sg,
+        controller_policies: policies,
+    }
+}

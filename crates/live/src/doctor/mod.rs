@@ -1,0 +1,193 @@
+//! `doctor`: read-only checks of a running cluster and its AWS account for the seed's
+//! validation checklist, its classic failure points and what the audits found. Each check
+//! answers with an id, a status (ok / warn / fail / skipped with its reason), the evidence it
+//! saw (the object, field or API answer) and the fix.
+//!
+//! [`gather`] reads everything once (Kubernetes and AWS, only get/list/describe calls; the
+//! permissions are in [`permissions`]); [`checks`] judges that snapshot without I/O, so every
+//! verdict is a pure function of what was read.
+
+pub mod checks;
+pub mod gather;
+pub mod permissions;
+pub mod policy;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+pub use gather::{Snapshot, gather};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Skipped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Stable id, e.g. `join-store-token`.
+    pub id: &'static str,
+    /// What it checks, in a few words.
+    pub title: &'static str,
+    pub status: Status,
+    /// What it saw: objects, fields, API answers (never a secret). For `skipped`, the reason.
+    pub evidence: Vec<String>,
+    /// What to do; empty when ok.
+    pub fix: String,
+}
+
+impl Check {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "title": self.title,
+            "status": self.status.as_str(),
+            "evidence": self.evidence,
+            "fix": self.fix,
+        })
+    }
+}
+
+/// What the spec says the cluster should be: the facts every check compares against.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub cluster: String,
+    /// `1.36.3`: the control plane's version per the spec.
+    pub kubernetes_version: String,
+    pub api_port: u16,
+    /// The join store (kind, name); `None` in static mode.
+    pub store: Option<(crate::store::StoreKind, String)>,
+    /// Static mode: the token ID baked into the userData.
+    pub static_token_id: Option<String>,
+    /// `arn:aws:iam::<account>:role/<nodeRole>`.
+    pub node_role_arn: String,
+    pub control_plane_security_group: String,
+    /// The node security groups: by ID, and/or by discovery tag.
+    pub node_security_group_ids: Vec<String>,
+    pub node_security_group_tag: Option<(String, String)>,
+    /// Pool names, and which of them are GPU pools.
+    pub pools: Vec<String>,
+    pub gpu_pools: Vec<String>,
+    pub karpenter_namespace: String,
+    /// The controller policy `render` wrote (iam/controller-policy.json).
+    pub rendered_controller_policy: Option<Value>,
+    /// The controller's IAM role in the account, to read its live policies.
+    pub controller_role: Option<String>,
+    /// How long a NodeClaim, Node or pod may sit in an intermediate state before it fails.
+    pub grace: Duration,
+}
+
+impl Facts {
+    pub fn from_spec(cluster: &kk_spec::ElasticCluster) -> Self {
+        let spec = &cluster.spec;
+        let name = cluster.metadata.name.clone();
+        let store = crate::store::StoreKind::from_join_mode(spec.join.mode).map(|kind| {
+            let store_name = spec
+                .join
+                .store_name
+                .clone()
+                .unwrap_or_else(|| kind.default_name(&name));
+            (kind, store_name)
+        });
+        let static_token_id = spec
+            .join
+            .token
+            .as_deref()
+            .and_then(|t| t.split_once('.'))
+            .map(|(id, _)| id.to_owned());
+        let partition = if spec.aws.partition.is_empty() {
+            "aws"
+        } else {
+            spec.aws.partition.as_str()
+        };
+        Facts {
+            cluster: name,
+            kubernetes_version: spec.kubernetes_version.clone(),
+            api_port: spec.api_server.port,
+            store,
+            static_token_id,
+            node_role_arn: format!(
+                "arn:{partition}:iam::{}:role/{}",
+                spec.aws.account_id, spec.aws.node_role
+            ),
+            control_plane_security_group: spec.aws.control_plane_security_group_id.clone(),
+            node_security_group_ids: spec.aws.security_groups.ids.clone(),
+            node_security_group_tag: spec
+                .aws
+                .security_groups
+                .discovery_tag
+                .as_ref()
+                .map(|t| (t.key.clone(), t.value.clone())),
+            pools: spec.pools.iter().map(|p| p.name.clone()).collect(),
+            gpu_pools: spec
+                .pools
+                .iter()
+                .filter(|p| p.gpu.is_some())
+                .map(|p| p.name.clone())
+                .collect(),
+            karpenter_namespace: spec.karpenter.namespace.clone(),
+            rendered_controller_policy: None,
+            controller_role: None,
+            grace: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The whole report: every check, in a fixed order.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub checks: Vec<Check>,
+    pub elapsed: Duration,
+}
+
+impl Report {
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
+        json!({
+            "checks": self.checks.iter().map(Check::to_json).collect::<Vec<_>>(),
+            "summary": {
+                "ok": count(Status::Ok), "warn": count(Status::Warn),
+                "fail": count(Status::Fail), "skipped": count(Status::Skipped),
+                "seconds": (self.elapsed.as_secs_f64() * 100.0).round() / 100.0,
+            },
+        })
+    }
+}
+
+/// Reads the cluster and the account, then runs every check.
+pub async fn run(
+    client: &kube::Client,
+    aws: Option<&aws_config::SdkConfig>,
+    facts: &Facts,
+) -> Report {
+    let started = std::time::Instant::now();
+    let snapshot = gather(client, aws, facts).await;
+    let checks = checks::all(&snapshot, facts);
+    Report {
+        checks,
+        elapsed: started.elapsed(),
+    }
+}
