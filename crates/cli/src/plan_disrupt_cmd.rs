@@ -75,6 +75,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         spot_to_spot: args.spot_to_spot,
         explain: args.explain.clone(),
         max_rounds: 100_000,
+        first_pass_candidates: false,
     };
     let report = disrupt::run(&state, &options).map_err(Failure)?;
     let mut out = std::io::stdout().lock();

@@ -37,6 +37,7 @@ fn run_at(docs: &[Value], at: &str, spot_to_spot: bool) -> Report {
         spot_to_spot,
         explain: None,
         max_rounds: 1000,
+        first_pass_candidates: false,
     };
     disrupt::run(&state, &opts).unwrap()
 }
@@ -256,7 +257,7 @@ fn spot_to_spot_is_off_by_default() {
     assert_eq!(c.replacements[0].capacity_type, "spot");
     // A single-node spot-to-spot replacement keeps the 15 cheapest options
     // (MinInstanceTypesForSpotToSpotConsolidation, consolidation.go).
-    assert_eq!(c.replacements[0].instance_type_options, 15);
+    assert_eq!(c.replacements[0].instance_type_options.len(), 15);
     assert!(c.price_per_hour_after < c.price_per_hour_before);
 }
 

@@ -44,6 +44,8 @@ pub struct Options {
     pub explain: Option<String>,
     /// Stop after this many rounds.
     pub max_rounds: usize,
+    /// Record, for the first pass, each evaluated method's candidates (the oracle compares them).
+    pub first_pass_candidates: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +161,8 @@ pub(super) struct Engine<'a> {
     pub explained: Vec<String>,
     pub stranded: Vec<(String, String)>,
     pub warnings: Vec<String>,
+    /// First pass: (method, sorted candidate names) per method evaluated.
+    pub first_candidates: Vec<(String, Vec<String>)>,
     next_name: usize,
     round: usize,
 }
@@ -260,6 +264,7 @@ impl<'a> Engine<'a> {
             explained: Vec::new(),
             stranded: Vec::new(),
             warnings: Vec::new(),
+            first_candidates: Vec::new(),
             next_name: 0,
             round: 0,
         }
@@ -1222,7 +1227,12 @@ impl<'a> Engine<'a> {
                 name,
                 node_pool: r.claim.pool.clone(),
                 instance_type: it.name.clone(),
-                instance_type_options: r.claim.types.len(),
+                instance_type_options: r
+                    .claim
+                    .types
+                    .iter()
+                    .map(|&ci| catalog.types()[ci].name.clone())
+                    .collect(),
                 capacity_type: r.launch.capacity_type.as_str().to_owned(),
                 zone: r.launch.zone.clone(),
                 price_per_hour: super::report::round(r.launch.price),
@@ -1326,7 +1336,6 @@ impl<'a> Engine<'a> {
                             ));
                         }
                     }
-                    continue;
                 }
                 Method::Drift => {
                     for c in &eventual {
@@ -1353,6 +1362,11 @@ impl<'a> Engine<'a> {
                         }
                     }
                 }
+            }
+            if self.opts.first_pass_candidates && self.round == 1 {
+                let mut names: Vec<String> = chosen.iter().map(|c| c.name.clone()).collect();
+                names.sort();
+                self.first_candidates.push((m.name().to_owned(), names));
             }
             if chosen.is_empty() {
                 continue;

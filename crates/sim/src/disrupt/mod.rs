@@ -12,6 +12,7 @@
 pub mod clock;
 mod engine;
 pub mod report;
+pub mod scenario;
 pub mod state;
 
 pub use engine::{Method, Options, UNDER_CONSOLIDATE_AFTER};
@@ -80,6 +81,7 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, String> {
             .explain
             .as_ref()
             .map(|_| std::mem::take(&mut e.explained)),
+        candidates: std::mem::take(&mut e.first_candidates),
         warnings,
     })
 }

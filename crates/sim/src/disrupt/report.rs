@@ -31,8 +31,9 @@ pub struct ReplacementOut {
     pub node_pool: String,
     /// The type the launch would most likely get (as `plan` reports it).
     pub instance_type: String,
-    /// How many instance types the NodeClaim allows after the price filter.
-    pub instance_type_options: usize,
+    /// The instance types the NodeClaim allows after the consolidation price filters,
+    /// cheapest first.
+    pub instance_type_options: Vec<String>,
     pub capacity_type: String,
     pub zone: String,
     pub price_per_hour: f64,
@@ -101,6 +102,10 @@ pub struct Report {
     /// Pods of expired nodes that found no place.
     pub pending: Vec<Stranded>,
     pub totals: DisruptTotals,
+    /// The first pass's candidates per method evaluated (only when asked for: the oracle
+    /// comparison reads them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<(String, Vec<String>)>,
     /// `--explain NODE`: that node's story, pass by pass.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<String>>,

@@ -747,7 +747,7 @@ pub fn load(
                             zones.insert(z.clone());
                         }
                         let annotations = string_map(v.pointer("/metadata/annotations"));
-                        let ready = condition(v, "Ready").is_none_or(|c| is_true(Some(c)));
+                        let ready = is_true(condition(v, "Ready"));
                         node_objs.push((
                             name.to_owned(),
                             r.time(v, "metadata.creationTimestamp"),
