@@ -978,7 +978,7 @@ func prune(x any, key string) any {
 	switch t := x.(type) {
 	case map[string]any:
 		for k, v := range t {
-			if (k == "expireAfter" || k == "consolidateAfter") && v == "Never" {
+			if (k == "expireAfter" || k == "consolidateAfter") && v == "Never" && !keepNever {
 				delete(t, k)
 				continue
 			}

@@ -21,6 +21,10 @@ const usage = `usage:
   karpenter-oracle verify [flags] DIR EXPECTED_DIR    re-solve DIR/*.json and compare with EXPECTED_DIR
   karpenter-oracle generate --seed S --count N --out DIR
   karpenter-oracle bench [--sizes 100,1000,5000,20000] [--emit DIR]
+  karpenter-oracle disrupt-generate --seed S --count N [--nodes K] --out DIR
+  karpenter-oracle disrupt-run-dir [flags] DIR OUTDIR  one disruption pass per DIR/*.json (disrupt.go)
+  karpenter-oracle disrupt-verify [flags] DIR EXPECTED_DIR  re-run and compare (an outcome must be a recorded one)
+  karpenter-oracle disrupt-bench --nodes N [--pods-per-node P] [--emit FILE]
 
 flags of run, run-dir, verify:
   --runs N            solve each scenario N times from scratch (default 2)
@@ -46,6 +50,14 @@ func main() {
 		err = cmdGenerate(os.Args[2:])
 	case "bench":
 		err = cmdBench(os.Args[2:])
+	case "disrupt-generate":
+		err = cmdGenerateDisrupt(os.Args[2:])
+	case "disrupt-run-dir":
+		err = cmdDisruptRunDir(os.Args[2:])
+	case "disrupt-verify":
+		err = cmdDisruptVerify(os.Args[2:])
+	case "disrupt-bench":
+		err = cmdDisruptBench(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -293,5 +305,109 @@ func cmdVerify(args []string) error {
 		fmt.Fprintln(os.Stderr, strings.Join(problems, "\n"))
 		return exitCode(1)
 	}
+	return nil
+}
+
+func cmdDisruptRunDir(args []string) error {
+	rf := newRunFlags("disrupt-run-dir")
+	rest := rf.parse(args)
+	if len(rest) != 2 {
+		return fmt.Errorf("disrupt-run-dir needs DIR OUTDIR")
+	}
+	files, err := scenarioFiles(rest[0])
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(rest[1], 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	nondet, commands := 0, 0
+	for _, f := range files {
+		sc, err := readScenario(f)
+		if err != nil {
+			return err
+		}
+		res, err := runDisruptScenario(sc, rf.cfg, rf.runs)
+		if err != nil {
+			return err
+		}
+		if !res.Deterministic {
+			nondet++
+		}
+		if res.Command != nil {
+			commands++
+		}
+		if rf.stable {
+			res.MultiNodeSeconds = 0
+		}
+		if err := os.WriteFile(filepath.Join(rest[1], filepath.Base(f)), canonicalJSON(res), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "karpenter-oracle: %d disruption scenarios (%d runs each) in %.1fs, %d with a command, %d nondeterministic\n",
+		len(files), rf.runs, time.Since(start).Seconds(), commands, nondet)
+	return nil
+}
+
+// cmdDisruptVerify re-runs every disruption scenario and compares with the
+// recorded results: it fails when a scenario's fresh outcomes include none
+// of the recorded ones, and reports (without failing) a fresh outcome that
+// is a new variant of a nondeterministic scenario.
+func cmdDisruptVerify(args []string) error {
+	rf := newRunFlags("disrupt-verify")
+	rest := rf.parse(args)
+	if len(rest) != 2 {
+		return fmt.Errorf("disrupt-verify needs DIR EXPECTED_DIR")
+	}
+	files, err := scenarioFiles(rest[0])
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, f := range files {
+		base := filepath.Base(f)
+		data, err := os.ReadFile(filepath.Join(rest[1], base))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: no expected result (%v)", base, err))
+			continue
+		}
+		var exp DisruptResult
+		if err := jsonUnmarshalStrict(data, &exp); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: bad expected result: %v", base, err))
+			continue
+		}
+		recorded := map[string]bool{string(canonicalJSON(exp.DisruptOutcome)): true}
+		for _, v := range exp.Variants {
+			recorded[string(canonicalJSON(v))] = true
+		}
+		sc, err := readScenario(f)
+		if err != nil {
+			return err
+		}
+		res, err := runDisruptScenario(sc, rf.cfg, rf.runs)
+		if err != nil {
+			return err
+		}
+		fresh := append([]DisruptOutcome{res.DisruptOutcome}, res.Variants...)
+		hit := false
+		for _, o := range fresh {
+			if recorded[string(canonicalJSON(o))] {
+				hit = true
+			} else {
+				fmt.Fprintf(os.Stderr, "karpenter-oracle: %s: an unrecorded outcome: %s", base, canonicalJSON(o))
+			}
+		}
+		if !hit {
+			problems = append(problems, base+": no fresh outcome is a recorded one")
+		}
+	}
+	for _, p := range problems {
+		fmt.Fprintln(os.Stderr, "karpenter-oracle:", p)
+	}
+	if len(problems) > 0 {
+		return exitCode(1)
+	}
+	fmt.Fprintf(os.Stderr, "karpenter-oracle: %d disruption scenarios agree with %s\n", len(files), rest[1])
 	return nil
 }

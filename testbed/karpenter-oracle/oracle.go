@@ -65,6 +65,9 @@ type RunConfig struct {
 	// SolveTimeout bounds Solve like Provisioner.Schedule does (1 minute in
 	// production); 0 means no deadline (the upstream benchmark has none).
 	SolveTimeout time.Duration
+	// Clock is the controllers' clock (nil: the real one). The disruption
+	// oracle sets a fake clock at the scenario's "now".
+	Clock clock.Clock
 }
 
 var defaultRunConfig = RunConfig{CPURequests: 1000, SolveTimeout: time.Minute}
@@ -83,6 +86,10 @@ type built struct {
 	cluster       *state.Cluster
 	provisioner   *provisioning.Provisioner
 	pendingPods   []*corev1.Pod // as given, after defaulting
+	// For the disruption oracle.
+	nodeClaims []*karpv1.NodeClaim
+	pools      map[string]*karpv1.NodePool
+	clock      clock.Clock
 }
 
 func buildInstanceType(spec InstanceTypeSpec) (*cloudprovider.InstanceType, error) {
@@ -343,6 +350,13 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		daemonSets = append(daemonSets, ds)
 		objs = append(objs, ds)
 	}
+	for i := range sc.PDBs {
+		pdb := sc.PDBs[i].DeepCopy()
+		pdb.ResourceVersion = ""
+		defaultNamespace(&pdb.ObjectMeta, "default")
+		defaultUID(&pdb.ObjectMeta, "pdb")
+		objs = append(objs, pdb)
+	}
 	for _, ns := range sets.List(namespaces) {
 		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name:   ns,
@@ -367,7 +381,10 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		}).
 		Build()
 
-	clk := &clock.RealClock{}
+	var clk clock.Clock = &clock.RealClock{}
+	if cfg.Clock != nil {
+		clk = cfg.Clock
+	}
 	cluster := state.NewCluster(clk, kubeClient, cp)
 	// Feed cluster state the way its informers would.
 	for _, nc := range nodeClaims {
@@ -391,6 +408,9 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 	recorder := events.NewRecorder(&record.FakeRecorder{})
 	prov := provisioning.NewProvisioner(kubeClient, recorder, cp, cluster, clk, nil)
 	return &built{
+		nodeClaims:    nodeClaims,
+		pools:         pools,
+		clock:         clk,
 		ctx:           ctx,
 		kubeClient:    kubeClient,
 		cloudProvider: cp,

@@ -13,7 +13,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 )
@@ -31,6 +33,18 @@ type Scenario struct {
 	Pods          []corev1.Pod       `json:"pods"`
 	ExistingNodes []ExistingNodeSpec `json:"existingNodes,omitempty"`
 	DaemonSets    []appsv1.DaemonSet `json:"daemonSets,omitempty"`
+	// PDBs are PodDisruptionBudgets (disruption scenarios; status.disruptionsAllowed is read as given).
+	PDBs []policyv1.PodDisruptionBudget `json:"pdbs,omitempty"`
+	// Disruption, when present, makes this a disruption scenario (see disrupt.go).
+	Disruption *DisruptionSpec `json:"disruption,omitempty"`
+}
+
+// DisruptionSpec sets the disruption controller's clock and feature gate.
+type DisruptionSpec struct {
+	// Now is the controllers' clock (RFC 3339).
+	Now metav1.Time `json:"now"`
+	// SpotToSpot is the SpotToSpotConsolidation feature gate.
+	SpotToSpot bool `json:"spotToSpot,omitempty"`
 }
 
 // InstanceTypeSpec describes one cloudprovider.InstanceType.
@@ -117,7 +131,7 @@ func checkKeys(data []byte) error {
 	if err := json.Unmarshal(data, &top); err != nil {
 		return err
 	}
-	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets"); err != nil {
+	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets", "pdbs", "disruption"); err != nil {
 		return err
 	}
 	var its []map[string]json.RawMessage

@@ -12,6 +12,9 @@ use kk_sim::{LoadOptions, SourceFile};
 
 use crate::{Failure, sources};
 
+#[path = "plan_disrupt_cmd.rs"]
+mod disrupt;
+
 #[derive(clap::Args)]
 pub struct PlanArgs {
     /// NodePools and EC2NodeClasses: manifests, a rendered bundle directory, or an
@@ -29,7 +32,7 @@ pub struct PlanArgs {
         short = 'w',
         long = "workloads",
         value_name = "WORKLOADS",
-        required = true
+        required_unless_present = "disrupt"
     )]
     workloads: Vec<String>,
     /// Existing Node manifests (labels, taints, status.allocatable); a node labelled
@@ -47,12 +50,27 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FRACTION")]
     spot_fraction: Option<f64>,
     /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json", "yaml"])]
     output: String,
     /// Explain one pod (namespace/name, e.g. inference/vllm-7): where it went, or every
-    /// candidate's reason for refusing it.
-    #[arg(long, value_name = "NAMESPACE/POD")]
+    /// candidate's reason for refusing it. With --disrupt: one node's story.
+    #[arg(long, value_name = "NAMESPACE/POD|NODE")]
     explain: Option<String>,
+    /// What Karpenter's disruption controller would do to a running cluster: -f/-w/--nodes
+    /// then take its state (NodePools, Nodes, NodeClaims, Pods, DaemonSets,
+    /// PodDisruptionBudgets; e.g. a `kubectl get ... -o yaml` dump). See docs/plan.md.
+    #[arg(long)]
+    disrupt: bool,
+    /// With --disrupt: move the clock forward (2h, 720h) for consolidateAfter and expireAfter.
+    #[arg(long, value_name = "DURATION", requires = "disrupt")]
+    at: Option<String>,
+    /// With --disrupt: the instant the state was taken (RFC 3339; default: the newest
+    /// timestamp in the inputs).
+    #[arg(long, value_name = "TIME", requires = "disrupt")]
+    now: Option<String>,
+    /// With --disrupt: Karpenter's SpotToSpotConsolidation feature gate (off by default).
+    #[arg(long, requires = "disrupt")]
+    spot_to_spot: bool,
     /// Karpenter's --preference-policy=Ignore: preferred affinities and ScheduleAnyway
     /// spreads are dropped instead of tried first.
     #[arg(long)]
@@ -68,6 +86,9 @@ pub struct PlanArgs {
 const HTML_EXPLAINED: usize = 200;
 
 pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
+    if args.disrupt {
+        return disrupt::run(&args);
+    }
     let mut pool_files = Vec::new();
     for p in &args.pools {
         for f in read_inputs(p)? {
@@ -116,6 +137,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
         let e = kk_sim::explain(&input, pod).map_err(|e| Failure(e.to_string()))?;
         if args.output == "json" {
             writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
+        } else if args.output == "yaml" {
+            out.write_all(kk_model::yaml::to_yaml(&e)?.as_bytes())?;
         } else {
             out.write_all(e.render().as_bytes())?;
         }
@@ -127,6 +150,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     }
     if args.output == "json" {
         out.write_all(plan.to_json().as_bytes())?;
+    } else if args.output == "yaml" {
+        out.write_all(kk_model::yaml::to_yaml(&plan)?.as_bytes())?;
     } else {
         out.write_all(plan.render_table().as_bytes())?;
     }

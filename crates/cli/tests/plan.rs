@@ -90,3 +90,75 @@ fn explain_and_input_errors() {
     assert_eq!(code, 2);
     assert!(err.contains("no deploy named nope"), "{err}");
 }
+
+fn disrupt_fixture() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/disrupt/cluster.yaml")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn disrupt_table_json_yaml_and_explain() {
+    let state = disrupt_fixture();
+    let (code, out, err) = plan(&["--disrupt", "-f", &state, "--at", "2h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Disruption at 2026-12-01T02:00:00Z"), "{out}");
+    assert!(out.contains("Emptiness"), "{out}");
+    assert!(
+        out.contains("Nodes: 8 -> 3 (5 removed, 0 replacements)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cpu-3 (default): pod default/batch-0 has \"karpenter.sh/do-not-disrupt\""),
+        "{out}"
+    );
+
+    let (code, out, _) = plan(&["--disrupt", "-f", &state, "-o", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["commands"][0]["method"], "SingleNodeConsolidation");
+    assert_eq!(v["totals"]["nodesRemoved"], 2);
+
+    let (code, out, _) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "-o",
+        "yaml",
+        "--now",
+        "2026-12-01T01:30:00Z",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("method: Emptiness"), "{out}");
+
+    let (code, out, _) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "--at",
+        "2h",
+        "--explain",
+        "gpu-c",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("round 3: Emptiness: deleted"), "{out}");
+    assert!(
+        out.contains("round 1: Emptiness: disruption budget of nodepool gpu exhausted"),
+        "{out}"
+    );
+}
+
+#[test]
+fn disrupt_usage_errors_exit_2() {
+    let state = disrupt_fixture();
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--at", "two hours"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--at"), "{err}");
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--explain", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("node nope is not among the inputs"), "{err}");
+    // --at belongs to --disrupt.
+    let (code, _, _) = plan(&["-f", &state, "-w", &state, "--at", "2h"]);
+    assert_eq!(code, 2);
+}

@@ -27,6 +27,7 @@ pub mod gosort;
 pub use kk_karpenter::labels;
 /// The requirement algebra, from `kk-karpenter`.
 pub use kk_karpenter::req;
+pub mod disrupt;
 pub mod input;
 pub mod model;
 pub mod plan;

@@ -1,0 +1,350 @@
+//! Time for the disruption simulation, without a date library: RFC 3339 timestamps as Unix
+//! seconds, Go-style durations (`720h`, `2h30m`, `Never`), and the 5-field cron schedules of
+//! NodePool disruption budgets (`spec.disruption.budgets[].schedule`, evaluated in UTC as
+//! Karpenter does with `TZ=UTC` and robfig/cron's standard parser).
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// (year, month, day) of days since 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `2026-01-02T03:04:05Z` (fractions and `+HH:MM` offsets accepted) → Unix seconds.
+pub fn parse_time(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not an RFC 3339 time (2026-01-02T03:04:05Z)");
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+        let s = text.get(r).ok_or_else(bad)?;
+        if !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse::<i64>().map_err(|_| bad())
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    if b[13] != b':' || b[16] != b':' {
+        return Err(bad());
+    }
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return Err(bad());
+    }
+    let mut rest = &text[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return Err(bad());
+        }
+        rest = &frac[n..];
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) => {
+            let oh: i64 = rest[1..3].parse().map_err(|_| bad())?;
+            let om: i64 = rest[4..6].parse().map_err(|_| bad())?;
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (oh * 3600 + om * 60)
+        }
+        _ => return Err(bad()),
+    };
+    Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s - offset)
+}
+
+/// Unix seconds → `2026-01-02T03:04:05Z`.
+pub fn format_time(t: i64) -> String {
+    let (y, m, d) = civil_from_days(t.div_euclid(86_400));
+    let s = t.rem_euclid(86_400);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+/// A Go duration (`720h`, `2h30m`, `90s`, `1.5h`, `0s`) → whole seconds (sub-second parts are
+/// dropped; no NodePool setting uses them).
+pub fn parse_duration(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a duration (e.g. 30s, 15m, 2h, 720h, 1h30m)");
+    let t = text.trim();
+    if t == "0" {
+        return Ok(0);
+    }
+    let (neg, mut rest) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let n = rest
+            .bytes()
+            .take_while(|c| c.is_ascii_digit() || *c == b'.')
+            .count();
+        if n == 0 {
+            return Err(bad());
+        }
+        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
+        rest = &rest[n..];
+        let u = rest
+            .char_indices()
+            .take_while(|(_, c)| c.is_alphabetic())
+            .map(|(i, c)| i + c.len_utf8())
+            .last()
+            .unwrap_or(0);
+        let unit = &rest[..u];
+        let secs = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return Err(bad()),
+        };
+        total += value * secs;
+        rest = &rest[unit.len()..];
+    }
+    if !total.is_finite() || total > 1e15 {
+        return Err(bad());
+    }
+    let s = total.floor() as i64;
+    Ok(if neg { -s } else { s })
+}
+
+/// `720h`-style text for seconds (the largest units that divide it).
+pub fn format_duration(secs: i64) -> String {
+    if secs == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut s = secs.abs();
+    if secs < 0 {
+        out.push('-');
+    }
+    if s >= 3600 {
+        out.push_str(&format!("{}h", s / 3600));
+        s %= 3600;
+    }
+    if s >= 60 {
+        out.push_str(&format!("{}m", s / 60));
+        s %= 60;
+    }
+    if s > 0 {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+/// A parsed 5-field cron schedule (minute hour day-of-month month day-of-week), in UTC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cron {
+    minute: u64,
+    hour: u64,
+    dom: u64,
+    month: u64,
+    dow: u64,
+    /// robfig/cron: when day-of-month or day-of-week is `*`/`?`, both must match; otherwise either.
+    dom_star: bool,
+    dow_star: bool,
+}
+
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
+const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+
+fn field(text: &str, lo: u32, hi: u32, names: &[&str], base: u32) -> Result<(u64, bool), String> {
+    let mut bits = 0u64;
+    let mut star = false;
+    let value = |s: &str| -> Result<u32, String> {
+        if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
+            return Ok(i as u32 + base);
+        }
+        s.parse::<u32>()
+            .map_err(|_| format!("{s:?} is not a number"))
+    };
+    for part in text.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((r, s)) => (
+                r,
+                Some(s.parse::<u32>().map_err(|_| format!("bad step {s:?}"))?),
+            ),
+            None => (part, None),
+        };
+        let (a, b) = if range == "*" || range == "?" {
+            if step.is_none() {
+                star = true;
+            }
+            (lo, hi)
+        } else if let Some((x, y)) = range.split_once('-') {
+            (value(x)?, value(y)?)
+        } else {
+            let a = value(range)?;
+            (a, if step.is_some() { hi } else { a })
+        };
+        let step = step.unwrap_or(1);
+        if a < lo || b > hi || a > b || step == 0 {
+            return Err(format!("{part:?} is out of range {lo}-{hi}"));
+        }
+        let mut v = a;
+        while v <= b {
+            bits |= 1 << v;
+            v += step;
+        }
+    }
+    Ok((bits, star))
+}
+
+impl Cron {
+    /// A schedule as NodePool budgets allow: five fields, or `@yearly`, `@annually`, `@monthly`,
+    /// `@weekly`, `@daily`, `@midnight`, `@hourly`.
+    pub fn parse(text: &str) -> Result<Cron, String> {
+        let expanded = match text.trim() {
+            "@yearly" | "@annually" => "0 0 1 1 *",
+            "@monthly" => "0 0 1 * *",
+            "@weekly" => "0 0 * * 0",
+            "@daily" | "@midnight" => "0 0 * * *",
+            "@hourly" => "0 * * * *",
+            other => other,
+        };
+        let parts: Vec<&str> = expanded.split_whitespace().collect();
+        let [mi, h, dom, mo, dow] = parts.as_slice() else {
+            return Err(format!(
+                "{text:?}: a schedule has 5 fields (minute hour day-of-month month day-of-week)"
+            ));
+        };
+        let e =
+            |f: &str, r: Result<(u64, bool), String>| r.map_err(|m| format!("{text:?}: {f}: {m}"));
+        let (minute, _) = e("minute", field(mi, 0, 59, &[], 0))?;
+        let (hour, _) = e("hour", field(h, 0, 23, &[], 0))?;
+        let (dom, dom_star) = e("day of month", field(dom, 1, 31, &[], 1))?;
+        let (month, _) = e("month", field(mo, 1, 12, &MONTHS, 1))?;
+        let (dow, dow_star) = e("day of week", field(dow, 0, 6, &DAYS, 0))?;
+        Ok(Cron {
+            minute,
+            hour,
+            dom,
+            month,
+            dow,
+            dom_star,
+            dow_star,
+        })
+    }
+
+    /// Whether the minute starting at `t` (Unix seconds, a multiple of 60) is a hit.
+    pub fn matches(&self, t: i64) -> bool {
+        let days = t.div_euclid(86_400);
+        let s = t.rem_euclid(86_400);
+        let (_, month, dom) = civil_from_days(days);
+        let dow = (days + 4).rem_euclid(7); // 1970-01-01 was a Thursday
+        let bit = |set: u64, v: i64| set & (1 << v) != 0;
+        let day_ok = if self.dom_star || self.dow_star {
+            bit(self.dom, dom) && bit(self.dow, dow)
+        } else {
+            bit(self.dom, dom) || bit(self.dow, dow)
+        };
+        bit(self.minute, s % 3600 / 60)
+            && bit(self.hour, s / 3600)
+            && bit(self.month, month)
+            && day_ok
+    }
+
+    /// Karpenter's `Budget.IsActive`: the first hit strictly after `now − duration` is not
+    /// after `now`.
+    pub fn active(&self, now: i64, duration: i64) -> bool {
+        let checkpoint = now - duration.max(0);
+        let mut t = checkpoint.div_euclid(60) * 60 + 60;
+        // Skip whole days whose month/day do not match, then minutes.
+        while t <= now {
+            if self.matches(t) {
+                return true;
+            }
+            t += 60;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        let t = parse_time("2026-12-01T12:18:27Z").unwrap();
+        assert_eq!(format_time(t), "2026-12-01T12:18:27Z");
+        assert_eq!(parse_time("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(
+            parse_time("2026-12-01T13:18:27+01:00").unwrap(),
+            parse_time("2026-12-01T12:18:27.5Z").unwrap()
+        );
+        assert!(parse_time("2026-12-01").is_err());
+        assert!(parse_time("2026-13-01T00:00:00Z").is_err());
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_duration("720h").unwrap(), 720 * 3600);
+        assert_eq!(parse_duration("1h30m").unwrap(), 5400);
+        assert_eq!(parse_duration("1.5h").unwrap(), 5400);
+        assert_eq!(parse_duration("0s").unwrap(), 0);
+        assert_eq!(parse_duration("500ms").unwrap(), 0);
+        assert!(parse_duration("2 hours").is_err());
+        assert!(parse_duration("h").is_err());
+        assert_eq!(format_duration(5400), "1h30m");
+    }
+
+    #[test]
+    fn cron_business_hours_budget() {
+        // A budget "nodes: 0, schedule: 0 9 * * mon-fri, duration: 8h" blocks 09:00-17:00 UTC
+        // on weekdays. 2026-12-01 is a Tuesday.
+        let c = Cron::parse("0 9 * * mon-fri").unwrap();
+        let day = parse_time("2026-12-01T00:00:00Z").unwrap();
+        assert!(!c.active(day + 8 * 3600 + 59 * 60, 8 * 3600));
+        assert!(c.active(day + 9 * 3600, 8 * 3600));
+        assert!(c.active(day + 16 * 3600 + 59 * 60, 8 * 3600));
+        assert!(!c.active(day + 17 * 3600, 8 * 3600));
+        // Saturday 2026-12-05: inactive.
+        assert!(!c.active(day + 4 * 86_400 + 10 * 3600, 8 * 3600));
+    }
+
+    #[test]
+    fn cron_day_fields_or_when_both_restricted() {
+        // robfig/cron: both day fields restricted → either matches.
+        let c = Cron::parse("0 0 1 * mon").unwrap();
+        let mon = parse_time("2026-11-30T00:00:00Z").unwrap(); // a Monday, not the 1st
+        assert!(c.matches(mon));
+        let first = parse_time("2026-12-01T00:00:00Z").unwrap(); // Tuesday the 1st
+        assert!(c.matches(first));
+        assert!(!c.matches(first + 86_400));
+        assert!(Cron::parse("0 0 * *").is_err());
+        assert!(Cron::parse("61 0 * * *").is_err());
+        assert_eq!(
+            Cron::parse("@daily").unwrap(),
+            Cron::parse("0 0 * * *").unwrap()
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! `plan --disrupt`: what Karpenter's disruption controller (kubernetes-sigs/karpenter v1.14
+//! `pkg/controllers/disruption`) would do to a running cluster — which nodes it would expire,
+//! delete as empty, replace because they drifted, or consolidate (several at once, then one at a
+//! time), with which replacement, at what $/h, and why it leaves the others alone.
+//!
+//! Pure and deterministic: the state comes in as text ([`state::load`]), the clock is a
+//! parameter ([`Options::now`]), and where upstream breaks ties by Go map order (candidates of
+//! equal savings, the order NodePools are visited by single-node consolidation) this module
+//! takes name order. Upstream's time limits (multi-node consolidation gives up after 1 minute,
+//! single-node after 3) are not applied: this simulation always finishes (see docs/plan.md).
+
+pub mod clock;
+mod engine;
+pub mod report;
+pub mod scenario;
+pub mod state;
+
+pub use engine::{Method, Options, UNDER_CONSOLIDATE_AFTER};
+pub use report::{CommandOut, Kept, NodeOut, ReplacementOut, Report};
+pub use state::{ClusterState, load};
+
+/// The annotation that blocks voluntary disruption of a node or of a pod's node.
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+
+/// Runs the disruption controller over `state` at `opts.now` until no method has a command.
+pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, String> {
+    if let Some(node) = &opts.explain
+        && !state.nodes.contains_key(node)
+        && !state.input.nodes.iter().any(|n| &n.name == node)
+    {
+        return Err(format!("node {node} is not among the inputs"));
+    }
+    let price_before: f64 = {
+        let e = engine::Engine::new(state, opts);
+        e.nodes.values().map(|n| n.price).sum()
+    };
+    let nodes_before = state.input.nodes.len();
+    let mut e = engine::Engine::new(state, opts);
+    e.run();
+    let price_after: f64 = e.nodes.values().map(|n| n.price).sum();
+    let kept = e
+        .nodes
+        .iter()
+        .filter(|(name, _)| !name.contains("-replacement-") || e.reasons.contains_key(*name))
+        .map(|(name, n)| Kept {
+            node: name.clone(),
+            node_pool: n.pool.clone(),
+            reasons: e.reasons.get(name).cloned().unwrap_or_default(),
+        })
+        .collect();
+    let removed: usize = e.commands.iter().map(|c| c.nodes.len()).sum();
+    let replacements: usize = e.commands.iter().map(|c| c.replacements.len()).sum();
+    let mut warnings = state.warnings.clone();
+    for w in &e.warnings {
+        if !warnings.contains(w) {
+            warnings.push(w.clone());
+        }
+    }
+    Ok(Report {
+        now: clock::format_time(opts.now),
+        totals: report::DisruptTotals {
+            nodes_before,
+            nodes_after: e.nodes.len(),
+            nodes_removed: removed,
+            replacements,
+            price_per_hour_before: report::round(price_before),
+            price_per_hour_after: report::round(price_after),
+            savings_per_hour: report::round(price_before - price_after),
+        },
+        commands: std::mem::take(&mut e.commands),
+        kept,
+        pending: e
+            .stranded
+            .iter()
+            .map(|(pod, reason)| report::Stranded {
+                pod: pod.clone(),
+                reason: reason.clone(),
+            })
+            .collect(),
+        explain: opts
+            .explain
+            .as_ref()
+            .map(|_| std::mem::take(&mut e.explained)),
+        candidates: std::mem::take(&mut e.first_candidates),
+        warnings,
+    })
+}

@@ -1,0 +1,96 @@
+//! The disruption oracle's scenarios (testbed/karpenter-oracle `disrupt-generate`, docs/fidelity.md
+//! "The disruption oracle") as a cluster state: the provisioning scenario format plus `pdbs` and
+//! `disruption: {now, spotToSpot}`. Pure: a JSON value in, state and options out.
+
+use serde_json::{Value, json};
+
+use super::clock::parse_time;
+use super::engine::Options;
+use super::state::{ClusterState, load};
+use crate::input::{LoadOptions, SourceFile};
+
+fn with_kind(v: &Value, kind: &str) -> Value {
+    let api = match kind {
+        "NodePool" | "NodeClaim" => "karpenter.sh/v1",
+        "DaemonSet" => "apps/v1",
+        "PodDisruptionBudget" => "policy/v1",
+        _ => "v1",
+    };
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.entry("apiVersion").or_insert_with(|| json!(api));
+        m.entry("kind").or_insert_with(|| json!(kind));
+    }
+    v
+}
+
+/// A disruption scenario → (state, options for one pass with its candidates recorded).
+pub fn read(v: &Value) -> Result<(ClusterState, Options), String> {
+    let catalog = crate::scenario::catalog(v).map_err(|e| e.to_string())?;
+    let arr = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut items = Vec::new();
+    for p in arr("nodePools") {
+        items.push(with_kind(&p, "NodePool"));
+    }
+    for d in arr("daemonSets") {
+        items.push(with_kind(&d, "DaemonSet"));
+    }
+    for p in arr("pods") {
+        items.push(with_kind(&p, "Pod"));
+    }
+    for p in arr("pdbs") {
+        items.push(with_kind(&p, "PodDisruptionBudget"));
+    }
+    for e in arr("existingNodes") {
+        let Some(node) = e.get("node") else { continue };
+        let name = node.pointer("/metadata/name").cloned().unwrap_or(json!(""));
+        items.push(with_kind(node, "Node"));
+        if let Some(nc) = e.get("nodeClaim") {
+            let mut nc = with_kind(nc, "NodeClaim");
+            if let Some(status) = nc.get_mut("status").and_then(Value::as_object_mut) {
+                status.entry("nodeName").or_insert(name.clone());
+            }
+            items.push(nc);
+        }
+        for p in e
+            .get("pods")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let mut p = with_kind(p, "Pod");
+            if let Some(spec) = p.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.insert("nodeName".into(), name.clone());
+            }
+            items.push(p);
+        }
+    }
+    let text = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    let files = [SourceFile::new("scenario.json", text)];
+    let state = load(&files, &LoadOptions::default(), Some(catalog)).map_err(|errs| {
+        errs.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
+    let d = v
+        .get("disruption")
+        .ok_or("scenario has no \"disruption\" section")?;
+    let now = parse_time(d.get("now").and_then(Value::as_str).unwrap_or_default())?;
+    let opts = Options {
+        now,
+        spot_to_spot: d
+            .get("spotToSpot")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        explain: None,
+        max_rounds: 1,
+        first_pass_candidates: true,
+    };
+    Ok((state, opts))
+}
