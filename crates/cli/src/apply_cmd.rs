@@ -121,10 +121,9 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
         let read = crate::sources::read_arg(arg)?;
         if read.bundle {
             // A rendered bundle: its own apply order, Helm values left out.
-            let mut bundle = Bundle::default();
-            for source in read.sources {
-                bundle.files.insert(source.rel, source.text);
-            }
+            let files = read.sources.into_iter().map(|s| (s.rel, s.text));
+            let bundle =
+                Bundle::from_files(files.collect()).map_err(|e| Failure(format!("{arg}/{e}")))?;
             for (rel, value) in bundle.manifests() {
                 collected.push(format!("{arg}/{rel}"), &rel, value);
             }

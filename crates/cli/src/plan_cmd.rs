@@ -112,20 +112,8 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
             ..kk_sim::Options::default()
         },
     };
-    let input =
-        kk_sim::load(&pool_files, &workload_files, &node_files, &opts).map_err(|errors| {
-            let count = errors.len();
-            let mut message = errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\nerror: ");
-            message.push_str(&format!(
-                "\n{count} problem{} in the inputs; nothing planned",
-                if count == 1 { "" } else { "s" }
-            ));
-            Failure(message)
-        })?;
+    let input = kk_sim::load(&pool_files, &workload_files, &node_files, &opts)
+        .map_err(|errors| sources::problems(&errors, "in the inputs; nothing planned"))?;
     if input.pools.is_empty() {
         return Err(Failure(format!(
             "no NodePool in {}; pass the spec or the NodePool manifests with -f",

@@ -167,14 +167,19 @@ pub fn rendered_yaml(source: &NamedSource) -> Result<Vec<(String, String)>, Fail
 
 /// Every problem of a spec, one `error:` line each, and a count.
 pub fn spec_failure(errors: &[SpecError], file: &str) -> Failure {
+    problems(errors, &format!("in {file}; nothing written"))
+}
+
+/// Located problems, one `error:` line each, then `N problem(s) <tail>`.
+pub fn problems(errors: &[kk_model::LocatedError], tail: &str) -> Failure {
     let count = errors.len();
     let mut message = errors
         .iter()
-        .map(|e| e.to_string())
+        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("\nerror: ");
     message.push_str(&format!(
-        "\n{count} problem{} in {file}; nothing written",
+        "\n{count} problem{} {tail}",
         if count == 1 { "" } else { "s" }
     ));
     Failure(message)

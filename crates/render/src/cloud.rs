@@ -135,5 +135,5 @@ fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     bundle.add_yaml("cloud/aws-cloud-controller-manager.yaml", &ccm(cluster))?;
-    bundle.add_yaml("cloud/ebs-csi-values.yaml", &[ebs_csi_values(cluster)])
+    bundle.add_values("cloud/ebs-csi-values.yaml", ebs_csi_values(cluster))
 }

@@ -61,5 +61,5 @@ pub fn render(
         &format!("namespaces/{}.yaml", cluster.spec.karpenter.namespace),
         &[namespace(cluster)],
     )?;
-    bundle.add_yaml("karpenter/values.yaml", &[values(cluster, ca)])
+    bundle.add_values("karpenter/values.yaml", values(cluster, ca))
 }

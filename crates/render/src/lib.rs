@@ -49,14 +49,52 @@ impl From<CaError> for RenderError {
     }
 }
 
-/// The rendered files, keyed by relative path (sorted, so output order is stable).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a bundle file is, so nothing downstream guesses from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FileKind {
+    /// Kubernetes objects, applied in `ORDER.md`'s order.
+    Manifest,
+    /// Values for a Helm chart (`helm upgrade -f`), never applied as objects.
+    HelmValues,
+    /// Anything else: `ORDER.md`, IAM policy JSON, scripts.
+    Document,
+}
+
+/// A bundle read back from files could not be typed (a YAML file that does not parse, or
+/// that mixes objects and Helm values).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct BundleError {
+    pub path: String,
+    pub message: String,
+}
+
+/// The rendered files, keyed by relative path (sorted, so output order is stable). `files`
+/// holds each file's text exactly as written; each file also knows its [`FileKind`] and, for
+/// manifests and Helm values, keeps the objects it was written from, so nothing is parsed
+/// again and nothing is skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Bundle {
     pub files: BTreeMap<String, String>,
+    kinds: BTreeMap<String, FileKind>,
+    objects: BTreeMap<String, Vec<Value>>,
 }
 
 impl Bundle {
     fn add_yaml(&mut self, path: &str, docs: &[Value]) -> Result<(), RenderError> {
+        self.add_yaml_as(path, docs, FileKind::Manifest)
+    }
+
+    fn add_values(&mut self, path: &str, values: Value) -> Result<(), RenderError> {
+        self.add_yaml_as(path, &[values], FileKind::HelmValues)
+    }
+
+    fn add_yaml_as(
+        &mut self,
+        path: &str,
+        docs: &[Value],
+        kind: FileKind,
+    ) -> Result<(), RenderError> {
         let mut text = String::new();
         for (i, doc) in docs.iter().enumerate() {
             if i > 0 {
@@ -71,7 +109,7 @@ impl Bundle {
                 text.push('\n');
             }
         }
-        self.files.insert(path.to_owned(), text);
+        self.insert(path, text, kind, docs.to_vec());
         Ok(())
     }
 
@@ -81,27 +119,71 @@ impl Bundle {
             message: e.to_string(),
         })?;
         text.push('\n');
-        self.files.insert(path.to_owned(), text);
+        self.insert(path, text, FileKind::Document, Vec::new());
         Ok(())
     }
 
     fn add_text(&mut self, path: &str, text: String) {
-        self.files.insert(path.to_owned(), text);
+        self.insert(path, text, FileKind::Document, Vec::new());
     }
 
-    /// Every Kubernetes object in the bundle's manifest files, in apply order
-    /// (files sorted by path within the order `order::APPLY_ORDER` gives).
+    fn insert(&mut self, path: &str, text: String, kind: FileKind, objects: Vec<Value>) {
+        self.files.insert(path.to_owned(), text);
+        self.kinds.insert(path.to_owned(), kind);
+        self.objects.insert(path.to_owned(), objects);
+    }
+
+    /// A bundle read back from disk (`apply DIR`): every YAML file is parsed once and typed by
+    /// content (documents with `apiVersion` and `kind` are a manifest; documents without are
+    /// Helm values); one that does not parse, or mixes both, is an error, never skipped.
+    pub fn from_files(files: BTreeMap<String, String>) -> Result<Bundle, BundleError> {
+        let mut bundle = Bundle::default();
+        for (path, text) in files {
+            if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
+                bundle.insert(&path, text, FileKind::Document, Vec::new());
+                continue;
+            }
+            let docs = kk_model::yaml::load_documents(&text, Default::default()).map_err(|e| {
+                BundleError {
+                    path: format!("{path}:{}", e.pos),
+                    message: e.message,
+                }
+            })?;
+            let objects: Vec<Value> = docs.into_iter().map(|d| d.value).collect();
+            let is_object = |v: &Value| v.get("apiVersion").is_some() && v.get("kind").is_some();
+            let kind = if objects.iter().all(is_object) {
+                FileKind::Manifest
+            } else if objects.iter().all(|v| v.is_object() && !is_object(v)) {
+                FileKind::HelmValues
+            } else {
+                return Err(BundleError {
+                    path,
+                    message: "neither Kubernetes objects (apiVersion and kind) nor Helm values"
+                        .into(),
+                });
+            };
+            bundle.insert(&path, text, kind, objects);
+        }
+        Ok(bundle)
+    }
+
+    /// What the file at `path` is.
+    pub fn kind(&self, path: &str) -> Option<FileKind> {
+        self.kinds.get(path).copied()
+    }
+
+    /// The objects a manifest or Helm values file was written from.
+    pub fn objects(&self, path: &str) -> &[Value] {
+        self.objects.get(path).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every Kubernetes object in the bundle's manifests, in apply order (files sorted by path
+    /// within the order `order::APPLY_ORDER` gives).
     pub fn manifests(&self) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         for path in order::manifest_paths(self) {
-            let Some(text) = self.files.get(&path) else {
-                continue;
-            };
-            let Ok(docs) = kk_model::yaml::load_documents(text, Default::default()) else {
-                continue;
-            };
-            for doc in docs {
-                out.push((path.clone(), doc.value));
+            for value in self.objects(&path) {
+                out.push((path.clone(), value.clone()));
             }
         }
         out

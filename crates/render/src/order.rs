@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use kk_spec::{ElasticCluster, JoinMode};
 
-use crate::{Bundle, names};
+use crate::{Bundle, FileKind, names};
 use kk_spec::ca::ClusterCa;
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
@@ -21,16 +21,13 @@ const APPLY_ORDER: [&str; 9] = [
     "verify/",
 ];
 
-/// Files that are Helm values, not manifests.
-fn is_values_file(path: &str) -> bool {
-    path.ends_with("values.yaml")
-}
-
+/// The manifests in apply order: by directory in [`APPLY_ORDER`], then by path. Helm values
+/// and documents are never among them (their [`FileKind`] says so).
 pub fn manifest_paths(bundle: &Bundle) -> Vec<String> {
     let mut out = Vec::new();
     for dir in APPLY_ORDER {
         for path in bundle.files.keys() {
-            if path.starts_with(dir) && path.ends_with(".yaml") && !is_values_file(path) {
+            if path.starts_with(dir) && bundle.kind(path) == Some(FileKind::Manifest) {
                 out.push(path.clone());
             }
         }
@@ -97,7 +94,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         bundle
             .files
             .keys()
-            .filter(|p| p.starts_with(dir) && p.ends_with(".yaml"))
+            .filter(|p| p.starts_with(dir) && bundle.kind(p) == Some(FileKind::Manifest))
             .map(|p| format!("`{p}`"))
             .collect::<Vec<_>>()
             .join(", ")

@@ -5,6 +5,9 @@
 //!
 //! The sandbox needs root (unshare --net --mount). Without it the sandbox tests fail when
 //! CI=true and are skipped with a loud SKIP line otherwise; the same holds for shellcheck.
+//!
+//! Over 700 lines on purpose: one sandbox harness and the userData cases that need it; each
+//! case is a few lines of setup around the shared runner.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

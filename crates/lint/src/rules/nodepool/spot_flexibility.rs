@@ -1,6 +1,7 @@
 //! KK013: a NodePool that may launch spot instances needs more than a handful of instance types.
 
 use kk_karpenter::labels::{CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_TYPE};
+use kk_karpenter::{Operator, Requirement};
 use std::collections::BTreeSet;
 
 use kk_model::FieldPath;
@@ -135,13 +136,11 @@ fn allows(reqs: &[NodeSelectorRequirement], capacity: &str) -> bool {
     let mut seen = false;
     for req in reqs.iter().filter(|r| r.key == CAPACITY_TYPE) {
         seen = true;
-        let listed = req.values.iter().any(|v| v == capacity);
-        let ok = match req.operator.as_str() {
-            "In" => listed,
-            "NotIn" => !listed,
-            "DoesNotExist" => false,
-            _ => true,
-        };
+        // A malformed requirement is KK000's finding, not this rule's.
+        let ok = Operator::parse(&req.operator)
+            .ok()
+            .and_then(|op| Requirement::new(op, &req.values).ok())
+            .is_none_or(|r| r.has(capacity));
         if !ok {
             return false;
         }

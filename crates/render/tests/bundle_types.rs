@@ -1,0 +1,87 @@
+//! Each bundle file knows what it is: manifests keep the objects they were written from, Helm
+//! values are never applied, and a bundle read back from disk is typed by content, with no
+//! file skipped.
+
+use std::collections::BTreeMap;
+
+use kk_render::{Bundle, FileKind, render};
+use kk_spec::{EXAMPLE, parse_spec};
+
+fn example() -> Bundle {
+    let cluster = parse_spec(EXAMPLE, "example").unwrap().spec;
+    let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
+    render(&cluster, &pem).unwrap()
+}
+
+#[test]
+fn rendered_files_carry_their_kind_and_objects() {
+    let bundle = example();
+    assert_eq!(
+        bundle.kind("karpenter/values.yaml"),
+        Some(FileKind::HelmValues)
+    );
+    assert_eq!(
+        bundle.kind("cloud/ebs-csi-values.yaml"),
+        Some(FileKind::HelmValues)
+    );
+    assert_eq!(bundle.kind("ORDER.md"), Some(FileKind::Document));
+    assert_eq!(
+        bundle.kind("kubean/3-cluster.yaml"),
+        Some(FileKind::Manifest)
+    );
+    // Every file has a kind; every YAML manifest's objects are the ones its text holds.
+    for (path, text) in &bundle.files {
+        let kind = bundle
+            .kind(path)
+            .unwrap_or_else(|| panic!("{path}: no kind"));
+        if kind == FileKind::Document {
+            continue;
+        }
+        let parsed: Vec<_> = kk_model::yaml::load_documents(text, Default::default())
+            .unwrap()
+            .into_iter()
+            .map(|d| d.value)
+            .collect();
+        assert_eq!(bundle.objects(path), parsed.as_slice(), "{path}");
+    }
+    // Helm values never reach apply.
+    let manifests = bundle.manifests();
+    assert!(!manifests.is_empty());
+    assert!(
+        manifests
+            .iter()
+            .all(|(path, v)| bundle.kind(path) == Some(FileKind::Manifest)
+                && v.get("kind").is_some())
+    );
+}
+
+#[test]
+fn a_bundle_read_back_from_files_is_the_rendered_one() {
+    let rendered = example();
+    let yaml: BTreeMap<String, String> = rendered
+        .files
+        .iter()
+        .filter(|(p, _)| p.ends_with(".yaml"))
+        .map(|(p, t)| (p.clone(), t.clone()))
+        .collect();
+    let read = Bundle::from_files(yaml).unwrap();
+    assert_eq!(read.manifests(), rendered.manifests());
+    assert_eq!(
+        read.kind("karpenter/values.yaml"),
+        Some(FileKind::HelmValues)
+    );
+}
+
+#[test]
+fn a_file_that_does_not_parse_or_mixes_kinds_is_an_error_not_skipped() {
+    let broken = BTreeMap::from([("cloud/x.yaml".to_owned(), "kind: [unclosed\n".to_owned())]);
+    let e = Bundle::from_files(broken).unwrap_err();
+    assert!(e.path.starts_with("cloud/x.yaml:"), "{e}");
+
+    let mixed = BTreeMap::from([(
+        "gpu/mixed.yaml".to_owned(),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\nreplicas: 2\n".to_owned(),
+    )]);
+    let e = Bundle::from_files(mixed).unwrap_err();
+    assert_eq!(e.path, "gpu/mixed.yaml");
+}
