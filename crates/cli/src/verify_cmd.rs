@@ -197,6 +197,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
                     t.pool, t.pool, options.run_id
                 );
                 let mut r = verify::verify_pool(&client, t, &options, &progress, &waiting).await;
+                if tty {
+                    eprint!("\r\x1b[K");
+                }
                 if let Outcome::Stalled { evidence, .. } = &mut r.outcome
                     && !args.no_doctor
                 {

@@ -483,3 +483,94 @@ fn verify_cleans_up_what_it_created_when_interrupted() {
         "the Deployment is gone or going"
     );
 }
+
+#[test]
+fn an_apiserver_refusal_half_way_exits_2_lists_what_was_applied_and_the_rerun_resumes() {
+    // A ValidatingAdmissionPolicy that lets Deployments in this test's namespace pass only as
+    // a dry run: the dry run of everything passes, the real apply is refused at the rotator's
+    // Deployment, after the objects before it were applied.
+    let Some(tb) = kk_live::testbed::require(&repo(), "apply: apiserver refusal half-way") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = unique();
+    let s = spec(&tb, dir.path(), &n, |t| t);
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: dry-run-only-{n}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{{apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}}]
+  validations: [{{expression: 'request.dryRun == true', message: 'refused half-way by the test'}}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: dry-run-only-{n}}}
+spec:
+  policyName: dry-run-only-{n}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: karpenter-{n}}}}}
+"
+        ),
+    )
+    .unwrap();
+    ok(&cli(
+        &tb,
+        &[
+            "apply",
+            policy.to_str().unwrap(),
+            "--kubeconfig",
+            tb.kubeconfig.to_str().unwrap(),
+        ],
+        &[],
+    ));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let out = cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for says in [
+        "refused half-way by the test",
+        "refused an object after the dry run passed",
+        "applied: ",
+        "ServiceAccount/kubean-karpenter-rotator",
+        &format!("not applied: karpenter-{n}/Deployment/kubean-karpenter-rotator"),
+        "re-running apply resumes",
+    ] {
+        assert!(stderr.contains(says), "should say {says:?}: {stderr}");
+    }
+    // The admission fixed, the re-run applies the rest.
+    assert!(
+        kubectl(
+            &tb,
+            &[
+                "delete",
+                "validatingadmissionpolicybinding",
+                &format!("dry-run-only-{n}")
+            ]
+        )
+        .status
+        .success()
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]));
+    assert!(
+        kubectl(
+            &tb,
+            &[
+                "get",
+                "deployment",
+                "-n",
+                &format!("karpenter-{n}"),
+                "kubean-karpenter-rotator"
+            ]
+        )
+        .status
+        .success()
+    );
+}

@@ -49,13 +49,17 @@ fn assert_cleaned_up(lab: &Lab, result: &Value) {
         result["runId"].as_str().unwrap()
     );
     let lp = ListParams::default().labels(&selector);
+    // verify deletes its Deployment in the foreground: gone, or going while the garbage
+    // collector removes its ReplicaSet and pods first.
     let deployments: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
     assert!(
         lab.rt
             .block_on(deployments.list(&lp))
             .unwrap()
             .items
-            .is_empty()
+            .iter()
+            .all(|d| d.metadata.deletion_timestamp.is_some()),
+        "verify left its Deployment behind"
     );
     let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
     let left: Vec<Pod> = lab.rt.block_on(pods.list(&lp)).unwrap().items;
