@@ -570,3 +570,99 @@ fn failure_kubeadm_userdata_on_an_eks_optimized_ami_never_joins() {
     lab.scale("inflate-workload-general", 1);
     assert_never_registers(&mut lab, "workload-general", "kubeadm: command not found");
 }
+
+/// Issue 16: the controller runs from the built image, not from this build's binary. Given
+/// `KK_LAB_IMAGE` = dist/image's OCI layout (dist/out/kubean-karpenter-<version>-oci; the test
+/// is skipped without it: building the image takes a release build), the spec names that
+/// layout's manifest digest, and `testbed/lab controller` runs the image the rendered Deployment
+/// names: unpacked by umoci, its entrypoint as its user (65532), chrooted into its read-only
+/// root, no capabilities, no_new_privs. That process publishes the join token and approves the
+/// node's CSRs: a CPU node launches, joins and initializes.
+#[test]
+fn the_controller_runs_from_the_images_binary_and_a_node_joins() {
+    let Some(layout) = std::env::var_os("KK_LAB_IMAGE").map(std::path::PathBuf::from) else {
+        eprintln!(
+            "SKIP the controller from the image: set KK_LAB_IMAGE to dist/image's OCI layout \
+             (dist/build && sudo dist/image)"
+        );
+        return;
+    };
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+    assert!(digest.starts_with("sha256:"), "{index}");
+    let Some(mut lab) = Lab::require("controller from the image's binary") else {
+        return;
+    };
+    let (spec, bundle) = lab.render(|s| {
+        let line = s
+            .lines()
+            .find(|l| l.trim_start().starts_with("digest: sha256:"))
+            .expect("the lab spec names the controller image's digest")
+            .to_owned();
+        let indent = &line[..line.len() - line.trim_start().len()];
+        s.replacen(&line, &format!("{indent}digest: {digest}"), 1)
+    });
+    let rendered = std::fs::read_to_string(bundle.join("rotator/join-token-rotator.yaml")).unwrap();
+    assert!(
+        rendered.contains(&format!("@{digest}")),
+        "the Deployment runs {digest}"
+    );
+    lab.deploy_with(&spec, &bundle, layout.to_str().unwrap());
+
+    // The running controller is the image's binary, confined as its securityContext says.
+    let pids = std::fs::read_to_string(lab::repo().join(".lab/pids")).unwrap();
+    let pid = pids
+        .lines()
+        .filter_map(|l| l.strip_prefix("controller "))
+        .next_back()
+        .expect("a controller process")
+        .trim()
+        .to_owned();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let image_bin = lab::repo().join(".lab/controller-image/rootfs/kubean-karpenter");
+    assert_eq!(
+        exe, image_bin,
+        "the controller process runs the image's binary"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("{key} in {status}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("Uid:"), ["65532"; 4], "runs as the image's user");
+    assert_eq!(line("Gid:"), ["65532"; 4]);
+    assert_eq!(line("CapEff:"), ["0000000000000000"], "no capabilities");
+    assert_eq!(line("CapPrm:"), ["0000000000000000"]);
+    assert_eq!(line("NoNewPrivs:"), ["1"]);
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
+    assert_eq!(root, lab::repo().join(".lab/controller-image/rootfs"));
+    // Its root is read-only: the mount it sees at / (mountinfo is relative to its root) says ro.
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let root_mount = mounts
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some("/"))
+        .unwrap_or_else(|| panic!("no mount at {}:\n{mounts}", root.display()));
+    assert!(
+        root_mount
+            .split(' ')
+            .nth(5)
+            .unwrap()
+            .split(',')
+            .any(|o| o == "ro"),
+        "{root_mount}"
+    );
+
+    // It works: the token it published and the CSRs it approves let a node join.
+    lab.scale("inflate-workload-general", 1);
+    follow_to_initialized(&mut lab, "workload-general");
+    lab.wait("inflate pod Running on the new node", MIN, |l| {
+        let pods = inflate_pods(l);
+        (pods.len() == 1 && pods.iter().all(running)).then_some(())
+    });
+    lab.print_phases();
+}

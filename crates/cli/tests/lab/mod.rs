@@ -205,6 +205,12 @@ impl Lab {
     /// both the management and the new cluster), then runs the rendered rotator + CSR approver
     /// from this build's binary and waits until it has published a join token.
     pub fn deploy(&self, spec: &Path, bundle: &Path) {
+        self.deploy_with(spec, bundle, env!("CARGO_BIN_EXE_kubean-karpenter"));
+    }
+
+    /// `deploy`, running the controller from `controller`: a kubean-karpenter binary, or an
+    /// OCI image layout holding the image the Deployment names (`testbed/lab controller`).
+    pub fn deploy_with(&self, spec: &Path, bundle: &Path, controller: &str) {
         self.lab(&["karpenter", bundle.to_str().unwrap()]);
         self.lab(&["ccm", bundle.to_str().unwrap()]);
         // Kubean's own namespace exists wherever Kubean is installed.
@@ -223,11 +229,7 @@ impl Lab {
         if !bundle.join("rotator/join-token-rotator.yaml").exists() {
             return;
         }
-        self.lab(&[
-            "controller",
-            bundle.to_str().unwrap(),
-            env!("CARGO_BIN_EXE_kubean-karpenter"),
-        ]);
+        self.lab(&["controller", bundle.to_str().unwrap(), controller]);
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.aws(STORES_WITH_A_TOKEN) == "0" {
             assert!(
