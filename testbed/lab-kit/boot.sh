@@ -95,10 +95,18 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 
-# cloud-init: run the user data once, its output on the console log.
-echo "boot: running user data" >&3
+# cloud-init: run the user data once, its output on the console log. An image with nodeadm
+# (EKS AL2023) runs `nodeadm init` at boot, which reads its NodeConfig from the user data
+# (cloud-init leaves an application/node.eks.aws part alone); a shell-script user data is
+# still cloud-init's to run there.
 set +e
-"${instance_env[@]}" bash /opt/kk-ami/instance/user-data >&3 2>&1
+if [[ " $KK_AMI_BINARIES " == *" nodeadm "* ]] && [[ "$(head -c 2 /opt/kk-ami/instance/user-data)" != "#!" ]]; then
+  echo "boot: nodeadm init" >&3
+  "${instance_env[@]}" nodeadm init >&3 2>&1
+else
+  echo "boot: running user data" >&3
+  "${instance_env[@]}" bash /opt/kk-ami/instance/user-data >&3 2>&1
+fi
 rc=$?
 set -e
 echo "boot: user data exited $rc" >&3

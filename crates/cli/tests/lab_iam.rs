@@ -492,3 +492,71 @@ fn iam_webhook_latency() {
             .await;
     });
 }
+
+/// Item 4 of the issue: a `joinMethod: iam` pool on the EKS AL2023 image (the lab's eks-al2023
+/// AMI profile, whose boot runs the nodeadm stand-in on the rendered NodeConfig): Karpenter
+/// launches it, its kubelet authenticates with `aws eks get-token` from its instance role
+/// through the real authenticator, registers as its instance ID, the CCM initializes it, and
+/// the NodeClaim becomes Registered and Initialized. No token, store or CSR is involved.
+#[test]
+fn a_karpenter_launched_iam_node_registers_and_initializes() {
+    let Some(mut lab) = Lab::require("a_karpenter_launched_iam_node_registers_and_initializes")
+    else {
+        return;
+    };
+    let cert = lab.var("KK_LAB_SERVING_CERT_B64");
+    let (spec, bundle) = lab.render(|text| iam_spec(text, &cert));
+    lab.lab(&["authenticator", bundle.to_str().unwrap()]);
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-eks", 1);
+    let pool_of = |nc: &kube::api::DynamicObject| lab::pool_of(nc).to_owned();
+    let name = lab.wait("NodeClaim of the iam pool", Duration::from_secs(60), |l| {
+        l.nodeclaims()
+            .into_iter()
+            .find(|nc| pool_of(nc) == "workload-eks")
+            .and_then(|nc| nc.metadata.name)
+    });
+    let claim = |l: &Lab| {
+        l.nodeclaims()
+            .into_iter()
+            .find(|nc| nc.metadata.name.as_deref() == Some(name.as_str()))
+    };
+    let registered = lab.wait("NodeClaim Registered", Duration::from_secs(180), |l| {
+        claim(l).filter(|nc| lab::is_true(nc, "Registered"))
+    });
+    lab.wait("NodeClaim Initialized", Duration::from_secs(120), |l| {
+        claim(l).filter(|nc| lab::is_true(nc, "Initialized"))
+    });
+    let provider_id = registered.data["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let instance = provider_id.rsplit('/').next().unwrap().to_owned();
+    let node_name = registered.data["status"]["nodeName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        node_name, instance,
+        "InstanceIdNodeName: the Node is named by its instance ID"
+    );
+    let console = lab.console(&provider_id);
+    assert!(console.contains("nodeadm: node"), "{console}");
+    assert!(
+        !console.contains("kubeadm"),
+        "no kubeadm on this image: {console}"
+    );
+    // The authenticator, not a bootstrap token or a certificate, let the kubelet in.
+    let log = std::fs::read_to_string(repo().join(".lab/logs/authenticator.log")).unwrap();
+    assert!(
+        log.contains(&format!("assumed-role/{NODE_ROLE}/{instance}")),
+        "the authenticator never saw {instance}"
+    );
+    let nodes: Api<Node> = Api::all(lab.client.clone());
+    let node = lab.rt.block_on(nodes.get(&node_name)).unwrap();
+    assert_eq!(
+        node.spec.unwrap().provider_id.as_deref(),
+        Some(&*provider_id)
+    );
+    lab.print_phases();
+}
