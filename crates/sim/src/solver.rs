@@ -741,6 +741,11 @@ impl<'a> Scheduler<'a> {
                     .get(labels::INITIALIZED)
                     .is_some_and(|v| v == "true")
         };
+        // Bound pods per node, once (a filter per node is quadratic at thousands of nodes).
+        let mut bound_by_node: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
+        for (i, b) in bound.iter().enumerate() {
+            bound_by_node[b.node].push(i);
+        }
         let mut by_name: Vec<usize> = (0..input.nodes.len()).collect();
         by_name.sort_by(|&a, &b| {
             let (na, nb) = (&input.nodes[a], &input.nodes[b]);
@@ -781,7 +786,7 @@ impl<'a> Scheduler<'a> {
             let mut remaining = s.index.from_map(&node.allocatable);
             let mut host_ports = Vec::new();
             let mut daemon_running = s.index.zero();
-            for bp in bound.iter().filter(|b| b.node == ni) {
+            for bp in bound_by_node[ni].iter().map(|&i| &bound[i]) {
                 let r = req_of(&bp.pod);
                 res::sub(&mut remaining, &r);
                 if bp.pod.owner.starts_with("ds/") {
