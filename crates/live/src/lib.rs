@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod cahash;
 pub mod client;
+pub mod cluster_state;
 pub mod controller;
 pub mod kubeconf;
 pub mod store;
