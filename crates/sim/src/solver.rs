@@ -694,25 +694,24 @@ impl<'a> Scheduler<'a> {
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
         let mut bound = Vec::new();
-        for (node, pod) in &input.bound {
+        // Bound pods per node (indices into `input.bound`), for the existing nodes below.
+        let mut bound_by_node: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
+        for (bi, (node, pod)) in input.bound.iter().enumerate() {
             match node_index.get(node.as_str()) {
-                Some(&i) => bound.push(BoundPod {
-                    pod: pod.clone(),
-                    node: i,
-                }),
+                Some(&i) => {
+                    bound_by_node[i].push(bi);
+                    bound.push(BoundPod {
+                        pod: pod.clone(),
+                        node: i,
+                    });
+                }
                 None => warnings.push(format!(
                     "pod {} is bound to node {node}, which is not among the existing nodes; ignored",
                     pod.key()
                 )),
             }
         }
-        let mut topology = Topology::new(
-            universe,
-            &input.nodes,
-            bound.clone(),
-            input.pods.len(),
-            respect,
-        );
+        let mut topology = Topology::new(universe, &input.nodes, bound, input.pods.len(), respect);
 
         let mut s = Scheduler {
             input,
@@ -741,11 +740,6 @@ impl<'a> Scheduler<'a> {
                     .get(labels::INITIALIZED)
                     .is_some_and(|v| v == "true")
         };
-        // Bound pods per node, once (a filter per node is quadratic at thousands of nodes).
-        let mut bound_by_node: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
-        for (i, b) in bound.iter().enumerate() {
-            bound_by_node[b.node].push(i);
-        }
         let mut by_name: Vec<usize> = (0..input.nodes.len()).collect();
         by_name.sort_by(|&a, &b| {
             let (na, nb) = (&input.nodes[a], &input.nodes[b]);
@@ -786,13 +780,13 @@ impl<'a> Scheduler<'a> {
             let mut remaining = s.index.from_map(&node.allocatable);
             let mut host_ports = Vec::new();
             let mut daemon_running = s.index.zero();
-            for bp in bound_by_node[ni].iter().map(|&i| &bound[i]) {
-                let r = req_of(&bp.pod);
+            for pod in bound_by_node[ni].iter().map(|&i| &input.bound[i].1) {
+                let r = req_of(pod);
                 res::sub(&mut remaining, &r);
-                if bp.pod.owner.starts_with("ds/") {
+                if pod.owner.starts_with("ds/") {
                     res::add(&mut daemon_running, &r);
                 }
-                host_ports.extend(bp.pod.host_ports.iter().cloned());
+                host_ports.extend(pod.host_ports.iter().cloned());
             }
             // DaemonSets that would run here and are not running yet (`NewExistingNode`:
             // compatible DaemonSet requests less the DaemonSet pods already there, at least 0).
