@@ -29,6 +29,7 @@ import (
 
 	"github.com/samber/lo"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -109,7 +110,10 @@ func disruptOnce(sc *Scenario, cfg RunConfig) (DisruptOutcome, time.Duration, er
 	if sc.Disruption == nil {
 		return DisruptOutcome{}, 0, fmt.Errorf("scenario %s has no \"disruption\" section", sc.Name)
 	}
-	clk := clocktesting.NewFakeClock(sc.Disruption.Now.Time)
+	var clk clock.Clock = clocktesting.NewFakeClock(sc.Disruption.Now.Time)
+	if cfg.Clock != nil {
+		clk = cfg.Clock // disrupt-bench: a clock that moves
+	}
 	cfg.Clock = clk
 	// Consolidatable, as the nodeclaim disruption controller sets it.
 	sc2 := *sc

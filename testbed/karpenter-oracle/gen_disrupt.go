@@ -109,6 +109,10 @@ func disruptScenarioJSON(sc *Scenario) []byte {
 	return out.Bytes()
 }
 
+// podsPerNode > 0 (the benchmark) puts that many pods on every node and keeps
+// to instance types with room for them.
+var podsPerNode int
+
 func generateDisruptScenario(seed int64, idx int, nodes int) *Scenario {
 	g := &gen{
 		r:        rand.New(rand.NewSource(seed*1_000_033 + int64(idx)*104_729 + 5)),
@@ -121,12 +125,20 @@ func generateDisruptScenario(seed int64, idx int, nodes int) *Scenario {
 	for extra := 1 + g.pick(4); extra > 0; extra-- {
 		feat[disruptFeatures[g.pick(len(disruptFeatures))]] = true
 	}
+	bench := podsPerNode > 0
+	if bench {
+		// the benchmark: underutilized nodes, default settings, nothing blocked
+		feat = map[string]bool{dfUnderutilized: true}
+	}
 	g.zones = []string{"zone-a", "zone-b", "zone-c"}[:2+g.pick(2)]
 	g.features[featGPU] = feat[dfGPU]
 	g.instanceTypes()
 	// the generator's own catalog entries, by name
 	var general, gpuTypes []InstanceTypeSpec
 	for _, s := range g.specs {
+		if podsPerNode > 0 && s.Capacity.Pods().Value() <= int64(podsPerNode) {
+			continue
+		}
 		if _, ok := s.Capacity["nvidia.com/gpu"]; ok {
 			gpuTypes = append(gpuTypes, s)
 		} else {
@@ -173,7 +185,7 @@ func generateDisruptScenario(seed int64, idx int, nodes int) *Scenario {
 			d.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
 		}
 		after := "0s"
-		if feat[dfConsolidateAft] || g.chance(0.3) {
+		if !bench && (feat[dfConsolidateAft] || g.chance(0.3)) {
 			after = g.oneOf("30s", "10m", "2h", "Never", "0s")
 		}
 		if after == "Never" {
@@ -182,7 +194,7 @@ func generateDisruptScenario(seed int64, idx int, nodes int) *Scenario {
 			d.ConsolidateAfter = karpv1.MustParseNillableDuration(after)
 		}
 		budgets := []karpv1.Budget{{Nodes: "10%"}}
-		if feat[dfBudgets] || g.chance(0.3) {
+		if !bench && (feat[dfBudgets] || g.chance(0.3)) {
 			switch g.pick(8) {
 			case 0:
 				budgets = []karpv1.Budget{{Nodes: "1"}}
@@ -299,6 +311,9 @@ func generateDisruptScenario(seed int64, idx int, nodes int) *Scenario {
 		np := 0
 		if !(feat[dfEmpty] && g.chance(0.5)) {
 			np = 1 + g.pick(4)
+		}
+		if podsPerNode > 0 {
+			np = podsPerNode
 		}
 		cpuAlloc := alloc.Cpu().MilliValue()
 		for j := 0; j < np; j++ {

@@ -23,7 +23,7 @@ pub struct PlanArgs {
         short = 'f',
         long = "pools",
         value_name = "SPEC_OR_MANIFESTS",
-        required = true
+        required_unless_present = "from_cluster"
     )]
     pools: Vec<String>,
     /// Workloads: Deployment, StatefulSet, ReplicaSet, Job, Pod, DaemonSet (files,
@@ -71,6 +71,17 @@ pub struct PlanArgs {
     /// With --disrupt: Karpenter's SpotToSpotConsolidation feature gate (off by default).
     #[arg(long, requires = "disrupt")]
     spot_to_spot: bool,
+    /// With --disrupt: read the state from the cluster (list only, nothing written): NodePools,
+    /// EC2NodeClasses, NodeClaims, Nodes, Pods, DaemonSets, PodDisruptionBudgets. -f files are
+    /// added to it (e.g. NodePools to try instead).
+    #[arg(long, requires = "disrupt")]
+    from_cluster: bool,
+    /// With --from-cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "from_cluster")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// With --from-cluster: the kubeconfig context (default: the current one).
+    #[arg(long, value_name = "CONTEXT", requires = "from_cluster")]
+    context: Option<String>,
     /// Karpenter's --preference-policy=Ignore: preferred affinities and ScheduleAnyway
     /// spreads are dropped instead of tried first.
     #[arg(long)]

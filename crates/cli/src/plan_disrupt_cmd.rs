@@ -3,14 +3,17 @@
 //! `-w` or `--nodes` inputs, `kubectl get … -o yaml` dumps included) and prints what Karpenter's
 //! disruption controller would do to it (kk-sim's `disrupt` module).
 //!
+//! `--from-cluster` lists the same kinds through a kubeconfig (read-only, kk-live's
+//! `cluster_state`).
+//!
 //! Exit codes: 0 done (whether or not anything is disrupted), 1 pods of expired nodes would stay
 //! Pending, 2 usage or input error.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use kk_sim::LoadOptions;
 use kk_sim::disrupt::{self, clock};
+use kk_sim::{LoadOptions, SourceFile};
 
 use super::{PlanArgs, expand_spec, read_inputs};
 use crate::Failure;
@@ -22,6 +25,9 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let mut files = Vec::new();
+    if args.from_cluster {
+        files.extend(from_cluster(args)?);
+    }
     for p in args.pools.iter().chain(&args.workloads).chain(&args.nodes) {
         for f in read_inputs(p)? {
             files.extend(expand_spec(f)?);
@@ -92,4 +98,27 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The cluster's state, listed (read-only) through the kubeconfig.
+fn from_cluster(args: &PlanArgs) -> Result<Vec<SourceFile>, Failure> {
+    let options = kk_live::client::ClientOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let listed = runtime.block_on(async {
+        let client = kk_live::client::make_client(&options)
+            .await
+            .map_err(|e| Failure(e.to_string()))?;
+        kk_live::cluster_state::read_state(&client)
+            .await
+            .map_err(|e| Failure(format!("reading the cluster's state: {e}")))
+    })?;
+    Ok(listed
+        .into_iter()
+        .map(|(name, text)| SourceFile::new(name, text))
+        .collect())
 }

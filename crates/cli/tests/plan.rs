@@ -162,3 +162,50 @@ fn disrupt_usage_errors_exit_2() {
     let (code, _, _) = plan(&["-f", &state, "-w", &state, "--at", "2h"]);
     assert_eq!(code, 2);
 }
+
+/// docs/plan.md "Example: the seed's GPU pool on an idle fleet", pass by pass.
+#[test]
+fn disrupt_idle_gpu_fleet_example_in_docs() {
+    let state = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/disrupt/gpu-idle.yaml")
+        .display()
+        .to_string();
+    let at = |d: &str| {
+        let (code, out, err) = plan(&[
+            "--disrupt",
+            "-f",
+            &state,
+            "--now",
+            "2026-12-01T00:00:00Z",
+            "--at",
+            d,
+            "-o",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let removed = |v: &serde_json::Value| v["totals"]["nodesRemoved"].as_u64().unwrap();
+    assert_eq!(removed(&at("0s")), 0);
+    assert_eq!(removed(&at("1h")), 1);
+    let v = at("1h45m");
+    assert_eq!(removed(&v), 3);
+    // One node per pass under the budget of one node.
+    let rounds: Vec<u64> = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rounds, vec![1, 2, 3]);
+    assert!(
+        v["kept"][0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("consolidatable at 2026-12-01T02:00:00Z")
+    );
+    let v = at("24h");
+    assert_eq!(removed(&v), 4);
+    assert_eq!(v["totals"]["pricePerHourAfter"], 0.0);
+    assert_eq!(v["totals"]["pricePerHourBefore"], 4.024);
+}

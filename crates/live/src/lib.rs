@@ -11,6 +11,7 @@ pub mod apply;
 pub mod aws_apply;
 pub mod cahash;
 pub mod client;
+pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
 pub mod kubeconf;

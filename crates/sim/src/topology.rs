@@ -301,6 +301,9 @@ impl Topology {
         };
         // Existing pods with required anti-affinity repel the pods they select.
         for i in 0..t.bound.len() {
+            if t.bound[i].pod.anti_affinity.is_empty() {
+                continue;
+            }
             let bp = t.bound[i].clone();
             let node_labels = t.nodes[bp.node].0.labels.clone();
             for term in &bp.pod.anti_affinity {

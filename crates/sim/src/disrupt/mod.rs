@@ -30,12 +30,9 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, String> {
     {
         return Err(format!("node {node} is not among the inputs"));
     }
-    let price_before: f64 = {
-        let e = engine::Engine::new(state, opts);
-        e.nodes.values().map(|n| n.price).sum()
-    };
     let nodes_before = state.input.nodes.len();
     let mut e = engine::Engine::new(state, opts);
+    let price_before: f64 = e.nodes.values().map(|n| n.price).sum();
     e.run();
     let price_after: f64 = e.nodes.values().map(|n| n.price).sum();
     let kept = e

@@ -70,8 +70,16 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), String> {
             items.push(p);
         }
     }
-    let text = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
-    let files = [SourceFile::new("scenario.json", text)];
+    // One List per 2,000 objects: a single document would pass the YAML reader's size limit
+    // on the benchmark's large states.
+    let files: Vec<SourceFile> = items
+        .chunks(2000)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let text = json!({"apiVersion": "v1", "kind": "List", "items": chunk}).to_string();
+            SourceFile::new(format!("scenario.json#{i}"), text)
+        })
+        .collect();
     let state = load(&files, &LoadOptions::default(), Some(catalog)).map_err(|errs| {
         errs.iter()
             .map(ToString::to_string)

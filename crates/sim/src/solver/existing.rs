@@ -37,6 +37,11 @@ impl Scheduler<'_> {
         ds_requests: &[Res],
     ) {
         let input = self.input;
+        // Bound pods per node, indexed once: filtering `bound` per node is quadratic at scale.
+        let mut bound_by_node: Vec<Vec<&BoundPod>> = vec![Vec::new(); input.nodes.len()];
+        for bp in bound {
+            bound_by_node[bp.node].push(bp);
+        }
         let initialized = |n: &Node| {
             n.pool().is_none()
                 || n.labels
@@ -83,7 +88,7 @@ impl Scheduler<'_> {
             let mut remaining = self.index.from_map(&node.allocatable);
             let mut host_ports = Vec::new();
             let mut daemon_running = self.index.zero();
-            for bp in bound.iter().filter(|b| b.node == ni) {
+            for bp in bound_by_node[ni].iter().copied() {
                 let r = pod_requests(&self.index, &bp.pod);
                 res::sub(&mut remaining, &r);
                 if bp.pod.owner.starts_with("ds/") {

@@ -1,0 +1,63 @@
+//! A cluster's state for `plan --disrupt --from-cluster`, read-only: `list` of NodePools,
+//! EC2NodeClasses, NodeClaims (karpenter.sh/v1, karpenter.k8s.aws/v1), Nodes, Pods,
+//! DaemonSets and PodDisruptionBudgets in every namespace — the same objects as
+//! `kubectl get … -A -o yaml`. Nothing is written. A kind the cluster does not serve (no
+//! Karpenter CRDs) reads as none.
+//!
+//! Returned as (name, JSON text) pairs: `List` documents of at most 2,000 objects each (the
+//! planner's reader limits a document's size), every item with its `apiVersion` and `kind`.
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde_json::{Value, json};
+
+/// (group, version, kind, plural) of each kind read.
+const KINDS: [(&str, &str, &str, &str); 7] = [
+    ("karpenter.sh", "v1", "NodePool", "nodepools"),
+    ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+    ("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
+    ("", "v1", "Node", "nodes"),
+    ("", "v1", "Pod", "pods"),
+    ("apps", "v1", "DaemonSet", "daemonsets"),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+    ),
+];
+
+/// Objects per `List` document.
+const CHUNK: usize = 2000;
+
+/// Lists every kind the disruption plan reads. `Err` on anything but "not served".
+pub async fn read_state(client: &Client) -> Result<Vec<(String, String)>, kube::Error> {
+    let mut out = Vec::new();
+    for (group, version, kind, plural) in KINDS {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let list = match api.list(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e),
+        };
+        let api_version = resource.api_version.clone();
+        let items: Vec<Value> = list
+            .items
+            .into_iter()
+            .filter_map(|o| {
+                let mut v = serde_json::to_value(o).ok()?;
+                let m = v.as_object_mut()?;
+                m.insert("apiVersion".into(), json!(api_version));
+                m.insert("kind".into(), json!(kind));
+                Some(v)
+            })
+            .collect();
+        for (i, chunk) in items.chunks(CHUNK).enumerate() {
+            let text = json!({"apiVersion": "v1", "kind": "List", "items": chunk}).to_string();
+            out.push((format!("cluster:{plural}#{i}"), text));
+        }
+    }
+    Ok(out)
+}
