@@ -32,7 +32,10 @@ fn segment_class(text: &str) -> &'static str {
         "invalid"
     } else if t.contains("no dynamic nodepools") || t.contains("no nodepool") {
         "no-nodepool"
-    } else if t.contains("exceed limits") || t.contains("limit") && t.contains("exceeded") {
+    } else if t.contains("exceed limits")
+        || t.contains("limits have been exhausted")
+        || t.contains("limit") && t.contains("exceeded")
+    {
         "limit"
     } else if t.contains("tolerate taint") || t.contains("untolerated taint") {
         "taint"
@@ -307,8 +310,7 @@ fn differential() {
             &std::fs::read_to_string(exp.join(format!("{name}.json"))).unwrap(),
         )
         .unwrap();
-        let result =
-            scenario::read(&text).map(|input| scenario::result(&name, &kk_sim::solve(&input)));
+        let result = scenario::read(&text).map(|input| scenario::result(&name, &input));
         if std::env::var_os("KK_DIFF_DUMP").is_some()
             && let Ok(r) = &result
         {
