@@ -247,7 +247,7 @@ func runDisruptScenario(sc *Scenario, cfg RunConfig, runs int) (*DisruptResult, 
 		if !seen[key] {
 			seen[key] = true
 			res.Deterministic = false
-			if len(res.Variants) < maxVariants {
+			if len(res.Variants) < defaultMaxVariants {
 				res.Variants = append(res.Variants, out)
 			}
 		}

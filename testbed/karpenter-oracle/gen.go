@@ -30,6 +30,7 @@ func cmdGenerate(args []string) error {
 	fs := flag.NewFlagSet("generate", flag.ExitOnError)
 	seed := fs.Int64("seed", 1, "seed")
 	count := fs.Int("count", 500, "number of scenarios")
+	extended := fs.Bool("extended", false, "also generate the features of extendedFeatures (from a random stream of their own, so scenarios without the flag stay byte-identical)")
 	out := fs.String("out", "", "output directory")
 	if rest := parseInterleaved(fs, args); len(rest) > 0 {
 		return fmt.Errorf("generate: unexpected arguments %v", rest)
@@ -43,7 +44,7 @@ func cmdGenerate(args []string) error {
 	tags := map[string]int{}
 	var total int64
 	for i := 0; i < *count; i++ {
-		sc := generateScenario(*seed, i)
+		sc := generateScenario(*seed, i, *extended)
 		for _, t := range sc.Tags {
 			tags[t]++
 		}
@@ -187,6 +188,11 @@ type gen struct {
 	its      []catalogEntry // chosen instance types
 	specs    []InstanceTypeSpec
 	features map[string]bool
+	// extended: also the features of extendedFeatures, drawn from x (a
+	// stream of their own, so r, and every scenario without them, is
+	// unchanged).
+	extended bool
+	x        *rand.Rand
 	pools    []*karpv1.NodePool
 	podSeq   int
 	base     time.Time
@@ -217,8 +223,62 @@ func (g *gen) pick(n int) int            { return g.r.Intn(n) }
 func (g *gen) chance(p float64) bool     { return g.r.Float64() < p }
 func (g *gen) oneOf(xs ...string) string { return xs[g.r.Intn(len(xs))] }
 
-func generateScenario(seed int64, idx int) *Scenario {
+// Features only --extended generates: each pod spec gets each with a small
+// probability (hostPort 8080/TCP, a restartable init container (sidecar),
+// pod overhead, an ephemeral-storage request, matchLabelKeys and
+// nodeAffinityPolicy: Ignore on topology spreads); instance types then
+// advertise ephemeral-storage.
+const (
+	featHostPorts    = "host-ports"
+	featSidecar      = "sidecar"
+	featPodOverhead  = "pod-overhead"
+	featEphemeral    = "ephemeral-storage"
+	featMatchLabel   = "match-label-keys"
+	featAffinityPol  = "node-affinity-policy"
+	extendedStreamID = 99991
+)
+
+func (g *gen) xchance(p float64) bool { return g.x.Float64() < p }
+
+// extras adds the extended features to a workload's pod spec (x only).
+func (g *gen) extras(spec *corev1.PodSpec, w *workload) {
+	if g.xchance(0.08) {
+		spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080, Protocol: corev1.ProtocolTCP}}
+		g.features[featHostPorts] = true
+	}
+	if g.xchance(0.08) {
+		side := container("100m", "64Mi")
+		side.Name = "sidecar"
+		side.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
+		spec.InitContainers = append(spec.InitContainers, side)
+		g.features[featSidecar] = true
+	}
+	if g.xchance(0.08) {
+		spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+		g.features[featPodOverhead] = true
+	}
+	if g.xchance(0.08) {
+		q := []string{"1Gi", "10Gi", "50Gi", "200Gi"}[g.x.Intn(4)]
+		spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse(q)
+		g.features[featEphemeral] = true
+	}
+	for i := range spec.TopologySpreadConstraints {
+		if g.xchance(0.3) {
+			w.labels["pod-template-hash"] = fmt.Sprintf("h%d", g.x.Intn(2))
+			spec.TopologySpreadConstraints[i].MatchLabelKeys = []string{"pod-template-hash"}
+			g.features[featMatchLabel] = true
+		}
+		if g.xchance(0.2) {
+			spec.TopologySpreadConstraints[i].NodeAffinityPolicy = ptr(corev1.NodeInclusionPolicyIgnore)
+			g.features[featAffinityPol] = true
+		}
+	}
+}
+
+func generateScenario(seed int64, idx int, extended bool) *Scenario {
 	g := &gen{
+		extended: extended,
+		x:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + extendedStreamID)),
 		r:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + 17)),
 		seed:     seed,
 		idx:      idx,
@@ -323,6 +383,9 @@ func (g *gen) instanceTypes() {
 		if c.gpus > 0 {
 			spec.Capacity["nvidia.com/gpu"] = *resource.NewQuantity(c.gpus, resource.DecimalSI)
 		}
+		if g.extended {
+			spec.Capacity[corev1.ResourceEphemeralStorage] = resource.MustParse(fmt.Sprintf("%dGi", 20+10*c.cpu))
+		}
 		// EKS-like overhead: kube-reserved cpu grows with cores, memory with
 		// max pods; 100Mi hard eviction threshold.
 		kubeCPU := 60 + 10*c.cpu
@@ -335,6 +398,9 @@ func (g *gen) instanceTypes() {
 			}
 			if c.gpus > 0 {
 				spec.Allocatable["nvidia.com/gpu"] = *resource.NewQuantity(c.gpus, resource.DecimalSI)
+			}
+			if g.extended {
+				spec.Allocatable[corev1.ResourceEphemeralStorage] = resource.MustParse(fmt.Sprintf("%dGi", 18+10*c.cpu))
 			}
 		} else {
 			spec.Overhead = &OverheadSpec{
@@ -757,6 +823,9 @@ func (g *gen) workload(wi, replicas int, earlier []*workload) *workload {
 			term.Namespaces = []string{"default", "team-a"}
 		}
 		spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}
+	}
+	if g.extended {
+		g.extras(&spec, w)
 	}
 	w.template = spec
 	created := g.base.Add(time.Duration(wi) * time.Second)

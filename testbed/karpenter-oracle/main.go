@@ -31,6 +31,8 @@ flags of run, run-dir, verify:
   --cpu-requests M    controller CPU requests in millicores (default 1000: one worker)
   --solve-timeout D   deadline for Solve (default 1m, as Provisioner.Schedule; 0 = none)
   --stable            write durationSeconds as 0 (run, run-dir)
+  --extra-runs N      when the first --runs solves disagree, solve up to N more times (default 0)
+  --max-variants N    keep up to N other outcomes per scenario (default 3)
 `
 
 func main() {
@@ -88,12 +90,14 @@ func asExit(err error, ec *exitCode) bool {
 }
 
 type runFlags struct {
-	runs    int
-	cfg     RunConfig
-	stable  bool
-	fs      *flag.FlagSet
-	timeout time.Duration
-	cpu     int64
+	runs     int
+	extra    int
+	variants int
+	cfg      RunConfig
+	stable   bool
+	fs       *flag.FlagSet
+	timeout  time.Duration
+	cpu      int64
 }
 
 func newRunFlags(name string) *runFlags {
@@ -102,12 +106,14 @@ func newRunFlags(name string) *runFlags {
 	rf.fs.Int64Var(&rf.cpu, "cpu-requests", defaultRunConfig.CPURequests, "controller CPU requests (millicores)")
 	rf.fs.DurationVar(&rf.timeout, "solve-timeout", defaultRunConfig.SolveTimeout, "Solve deadline (0 = none)")
 	rf.fs.BoolVar(&rf.stable, "stable", false, "write durationSeconds as 0")
+	rf.fs.IntVar(&rf.extra, "extra-runs", 0, "when the first solves disagree, solve up to this many more times")
+	rf.fs.IntVar(&rf.variants, "max-variants", defaultMaxVariants, "other outcomes kept per scenario")
 	return rf
 }
 
 func (rf *runFlags) parse(args []string) []string {
 	rest := parseInterleaved(rf.fs, args)
-	rf.cfg = RunConfig{CPURequests: rf.cpu, SolveTimeout: rf.timeout}
+	rf.cfg = RunConfig{CPURequests: rf.cpu, SolveTimeout: rf.timeout, ExtraRuns: rf.extra, MaxVariants: rf.variants}
 	return rest
 }
 

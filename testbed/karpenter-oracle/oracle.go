@@ -72,9 +72,15 @@ type RunConfig struct {
 	// index does, instead of the fake client's list-and-filter (which copies
 	// every pod per call and dominates at thousands of nodes). Benchmarks only.
 	IndexPods bool
+	// ExtraRuns: when the first solves of a scenario disagree, solve it up
+	// to this many more times, so nondeterministic scenarios record more of
+	// their outcomes without solving every scenario that often.
+	ExtraRuns int
+	// MaxVariants caps the alternative outcomes kept in a result.
+	MaxVariants int
 }
 
-var defaultRunConfig = RunConfig{CPURequests: 1000, SolveTimeout: time.Minute}
+var defaultRunConfig = RunConfig{CPURequests: 1000, SolveTimeout: time.Minute, MaxVariants: defaultMaxVariants}
 
 // nodeClassGK is the NodeClass kind of the fake cloud provider; every
 // NodePool's nodeClassRef is pointed at it so nodepoolutils.ListManaged
@@ -607,18 +613,20 @@ func finishOutcome(out *Outcome) {
 	sort.SliceStable(out.Pending, func(i, j int) bool { return out.Pending[i].Pod < out.Pending[j].Pod })
 }
 
-// maxVariants caps the alternative outcomes kept in a result (to keep the
-// committed expected/ small).
-const maxVariants = 3
+// defaultMaxVariants caps the alternative outcomes kept in a result (to keep
+// the committed expected/ small); --max-variants changes it.
+const defaultMaxVariants = 3
 
 // runScenario solves a scenario `runs` times from scratch and reports
-// whether the runs agreed.
+// whether the runs agreed; if they did not, it solves it up to
+// cfg.ExtraRuns more times (Runs reports the total).
 func runScenario(sc *Scenario, cfg RunConfig, runs int) (*Result, error) {
 	if runs < 1 {
 		runs = 1
 	}
 	res := &Result{Scenario: sc.Name, Runs: runs, Deterministic: true}
 	seen := map[string]bool{}
+	extended := false
 	for i := 0; i < runs; i++ {
 		out, d, err := solveOnce(sc, cfg)
 		if err != nil {
@@ -634,9 +642,14 @@ func runScenario(sc *Scenario, cfg RunConfig, runs int) (*Result, error) {
 		if !seen[key] {
 			seen[key] = true
 			res.Deterministic = false
-			if len(res.Variants) < maxVariants {
+			if len(res.Variants) < cfg.MaxVariants {
 				res.Variants = append(res.Variants, out)
 			}
+		}
+		if !extended && i == runs-1 && !res.Deterministic && cfg.ExtraRuns > 0 {
+			extended = true
+			runs += cfg.ExtraRuns
+			res.Runs = runs
 		}
 	}
 	return res, nil

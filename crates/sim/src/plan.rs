@@ -66,7 +66,7 @@ fn round(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-fn build(input: &Input, outcome: &Outcome) -> Plan {
+pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
     let catalog = &input.catalog;
     let mut node_claims = Vec::new();
     let mut total = 0.0;

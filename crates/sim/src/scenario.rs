@@ -1,5 +1,5 @@
 //! The Karpenter oracle's scenario and result formats (`testbed/karpenter-oracle`,
-//! docs/fidelity.md): read a scenario into an [`Input`], render a [`Plan`] in the oracle's
+//! docs/fidelity.md): read a scenario into an [`Input`], render a [`Plan`](crate::plan::Plan) in the oracle's
 //! result shape. Pure: text and JSON values in, values out.
 //!
 //! Instance types become catalog types with a fixed overhead (`overhead` summed, or
@@ -23,8 +23,8 @@ use kk_model::quantity::Quantity;
 use serde_json::{Value, json};
 
 use crate::input::{LoadOptions, SourceFile, load_with_catalog};
-use crate::plan::Plan;
-use crate::solver::Input;
+use crate::plan::{build, simulate};
+use crate::solver::{ClaimResult, Input};
 
 /// Why a scenario cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -284,26 +284,67 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
     .map_err(ScenarioError::Load)
 }
 
-/// A plan in the oracle's result shape (`nodeClaims`, `existingNodes`, `pending`), node
-/// claims sorted by their first pod as the oracle sorts them.
-pub fn result(scenario: &str, plan: &Plan) -> Value {
+/// The cheapest available offering of catalog type `ci` that a claim's requirements allow:
+/// (capacity type, zone, price), price ties broken by capacity type, then zone, by name — the
+/// oracle's `capacityType`/`zone`/`price` of a claim (docs/fidelity.md, "The result format").
+fn cheapest_offering(
+    catalog: &Catalog,
+    claim: &ClaimResult,
+    ci: usize,
+) -> Option<(&'static str, String, f64)> {
+    let zr = claim.requirements.get(crate::labels::ZONE);
+    let cr = claim.requirements.get(crate::labels::CAPACITY_TYPE);
+    catalog.types()[ci]
+        .offerings
+        .iter()
+        .filter(|o| o.available && zr.has(&o.zone) && cr.has(o.capacity_type.as_str()))
+        .map(|o| (o.capacity_type.as_str(), o.zone.to_string(), o.price))
+        .min_by(|a, b| {
+            a.2.total_cmp(&b.2)
+                .then_with(|| a.0.cmp(b.0))
+                .then_with(|| a.1.cmp(&b.1))
+        })
+}
+
+/// Solves `input` and renders the plan in the oracle's result shape (`nodeClaims`,
+/// `existingNodes`, `pending`), node claims sorted by their first pod as the oracle sorts them.
+///
+/// A claim's `cheapestInstanceType`, `capacityType`, `zone` and `price` are what the oracle
+/// reports: the first option (by the price of its cheapest compatible available offering) and
+/// that offering. They describe the claim, not a launch: which type and capacity type the AWS
+/// provider launches is its own step (CreateFleet with the price-capacity-optimized strategy,
+/// spot whenever the claim allows spot and a spot offering remains, after its exotic-type and
+/// spot-price filters), which the oracle's fake cloud provider does not have. kk-sim's launch
+/// choice is rendered as `launchInstanceType`, `launchCapacityType`, `launchZone` and
+/// `launchPrice`, not compared.
+pub fn result(scenario: &str, input: &Input) -> Value {
+    let outcome = simulate(input);
+    let plan = build(input, &outcome);
+    let catalog = &input.catalog;
     let mut claims: Vec<Value> = plan
         .node_claims
         .iter()
-        .map(|c| {
+        .zip(&outcome.claims)
+        .map(|(c, raw)| {
             let mut pods = c.pods.clone();
             pods.sort();
+            let first = raw.types.first().copied();
+            let (ct, zone, price) = first
+                .and_then(|ci| cheapest_offering(catalog, raw, ci))
+                .map_or((String::new(), String::new(), 0.0), |(ct, z, p)| {
+                    (ct.to_owned(), z, p)
+                });
             json!({
                 "nodePool": c.node_pool,
                 "instanceTypeOptions": c.instance_type_options,
-                // The oracle's field is the first option (by the price of its cheapest
-                // compatible available offering); kk-sim's launch choice also applies the AWS
-                // provider's launch filter (no GPU/metal types for pods that don't need them).
                 "cheapestInstanceType": c.instance_type_options.first().unwrap_or(&c.instance_type),
+                "capacityType": ct,
+                "zone": zone,
+                "price": price,
                 "launchInstanceType": c.instance_type,
-                "capacityType": c.capacity_type,
-                "zone": c.zone,
-                "price": c.price_per_hour,
+                "launchCapacityType": c.capacity_type,
+                "launchZone": c.zone,
+                "launchPrice": c.price_per_hour,
                 "requests": c.requests,
                 "pods": pods,
             })

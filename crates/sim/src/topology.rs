@@ -322,7 +322,12 @@ impl Topology {
         self.interner.id(name)
     }
 
-    fn new_group(&mut self, key: GroupKey, creator: &Pod) -> Group {
+    /// A group as `NewTopologyGroup` builds it; with `count_domains`, also as `countDomains`
+    /// fills it. Inverse anti-affinity groups skip that step (`updateInverseAntiAffinity`
+    /// records only the owner's own domain), so their domains are the NodePools' domains the
+    /// owner tolerates plus the owners' domains: a domain only an existing node has, or only
+    /// a pool whose taints the owner does not tolerate, is never free for the pods it repels.
+    fn new_group(&mut self, key: GroupKey, creator: &Pod, count_domains: bool) -> Group {
         let mut g = Group {
             selector: key.selector.clone(),
             key,
@@ -352,6 +357,9 @@ impl Topology {
         for d in domains {
             let id = self.interner.id(&d);
             g.register(id);
+        }
+        if !count_domains {
+            return g;
         }
         // countDomains: existing nodes' domains, then existing pods the group selects.
         for (node, reqs) in &self.nodes {
@@ -386,7 +394,7 @@ impl Topology {
         if let Some(&i) = self.ids.get(&key) {
             return i;
         }
-        let g = self.new_group(key.clone(), creator);
+        let g = self.new_group(key.clone(), creator, true);
         self.groups.push(g);
         self.ids.insert(key, self.groups.len() - 1);
         self.groups.len() - 1
@@ -405,7 +413,7 @@ impl Topology {
         if let Some(&i) = self.inverse_ids.get(&key) {
             return i;
         }
-        let g = self.new_group(key.clone(), pod);
+        let g = self.new_group(key.clone(), pod, false);
         self.inverse.push(g);
         self.inverse_ids.insert(key, self.inverse.len() - 1);
         self.inverse.len() - 1

@@ -1,6 +1,13 @@
 //! A NodePool's `spec.limits` as the scheduler spends them (`scheduler.go`
 //! `filterByRemainingResources`): existing nodes use up what they advertise, and a new NodeClaim
 //! is charged pessimistically as the largest type it may still launch as.
+//!
+//! The `nodes` limit counts existing nodes only: Karpenter v1.14.0 charges a new NodeClaim with
+//! `subtractMax`, the largest *capacity* among its instance types, and no instance type's
+//! capacity has a `nodes` entry, so within one scheduling round a NodePool with `nodes: 1` and
+//! no node yet may open several claims (sigs.k8s.io/karpenter v1.14.0
+//! pkg/controllers/provisioning/scheduling/scheduler.go `subtractMax`; the count comes from
+//! `StateNode.Capacity`, pkg/controllers/state/statenode.go). The next round sees them as nodes.
 
 use std::collections::BTreeMap;
 
@@ -54,7 +61,8 @@ impl Limits {
         self.within = None;
     }
 
-    /// A new claim uses up one node and, per limited resource, the most any of `kept` has.
+    /// A new claim uses up, per limited resource, the most any of `kept` has (`subtractMax`);
+    /// not a node (see the module comment).
     pub(super) fn charge_claim(&mut self, types: &[PType], kept: &Bits) {
         for (slot, rem) in &mut self.remaining {
             let max = kept
@@ -63,9 +71,6 @@ impl Limits {
                 .max()
                 .unwrap_or(0);
             *rem -= max;
-        }
-        if let Some(n) = self.remaining_nodes.as_mut() {
-            *n -= 1;
         }
         self.within = None;
     }
