@@ -226,8 +226,10 @@ func (g *gen) oneOf(xs ...string) string { return xs[g.r.Intn(len(xs))] }
 // Features only --extended generates: each pod spec gets each with a small
 // probability (hostPort 8080/TCP, a restartable init container (sidecar),
 // pod overhead, an ephemeral-storage request, matchLabelKeys and
-// nodeAffinityPolicy: Ignore on topology spreads); instance types then
-// advertise ephemeral-storage.
+// nodeAffinityPolicy: Ignore on topology spreads, Gt/Lt on labelGeneration in
+// node affinity, preferred pod affinity); instance types then advertise
+// ephemeral-storage and labelGeneration, and NodePools may get integer
+// requirements and minValues (extendPools).
 const (
 	featHostPorts    = "host-ports"
 	featSidecar      = "sidecar"
@@ -235,13 +237,80 @@ const (
 	featEphemeral    = "ephemeral-storage"
 	featMatchLabel   = "match-label-keys"
 	featAffinityPol  = "node-affinity-policy"
+	featIntReqs      = "int-requirements"
+	featMinValues    = "min-values"
+	featPrefAffinity = "pod-affinity-preferred"
 	extendedStreamID = 99991
+	// labelGeneration is an integer instance-type label (the family's
+	// generation: c6i 6, g4dn 4) for Gt/Lt/Gte/Lte. A custom key, not one of
+	// the AWS provider's (karpenter.k8s.aws/instance-generation): the oracle
+	// has core Karpenter's well-known labels only, kk-sim the AWS provider's,
+	// and a pod may require an undefined well-known label but not a custom one.
+	labelGeneration = "example.com/generation"
 )
+
+// generation is the integer in an instance type's family name (c6i.large 6).
+func generation(name string) string {
+	var d []byte
+	for i := 0; i < len(name) && name[i] != '.'; i++ {
+		if name[i] >= '0' && name[i] <= '9' {
+			d = append(d, name[i])
+		}
+	}
+	return string(d)
+}
+
+// extendPools adds the extended features of NodePools (x only): integer
+// requirements on labelGeneration (Gt/Lt/Gte/Lte, or Exists so that pods may
+// use the key), and minValues on the instance-type or generation key.
+func (g *gen) extendPools() {
+	for _, np := range g.pools {
+		reqs := &np.Spec.Template.Spec.Requirements
+		// (generations: g4dn 4, g5 5, *6i 6, *7g 7)
+		if g.xchance(0.2) {
+			switch g.x.Intn(5) {
+			case 0:
+				*reqs = append(*reqs, req(labelGeneration, corev1.NodeSelectorOpGt, fmt.Sprint(4+g.x.Intn(2))))
+			case 1:
+				*reqs = append(*reqs, req(labelGeneration, corev1.NodeSelectorOpLt, fmt.Sprint(7+g.x.Intn(2))))
+			case 2:
+				*reqs = append(*reqs, req(labelGeneration, karpv1.NodeSelectorOpGte, fmt.Sprint(5+g.x.Intn(2))))
+			case 3:
+				*reqs = append(*reqs, req(labelGeneration, karpv1.NodeSelectorOpLte, fmt.Sprint(6+g.x.Intn(2))))
+			default:
+				*reqs = append(*reqs, req(labelGeneration, corev1.NodeSelectorOpExists))
+			}
+			g.features[featIntReqs] = true
+		}
+		if g.xchance(0.15) {
+			n := 2 + g.x.Intn(4)
+			key := corev1.LabelInstanceTypeStable
+			if g.xchance(0.3) {
+				key = labelGeneration
+				n = 2
+			}
+			found := false
+			for i := range *reqs {
+				if (*reqs)[i].Key == key && (*reqs)[i].Operator != corev1.NodeSelectorOpNotIn {
+					(*reqs)[i].MinValues = ptr(n)
+					found = true
+					break
+				}
+			}
+			if !found {
+				r := req(key, corev1.NodeSelectorOpExists)
+				r.MinValues = ptr(n)
+				*reqs = append(*reqs, r)
+			}
+			g.features[featMinValues] = true
+		}
+	}
+}
 
 func (g *gen) xchance(p float64) bool { return g.x.Float64() < p }
 
 // extras adds the extended features to a workload's pod spec (x only).
-func (g *gen) extras(spec *corev1.PodSpec, w *workload) {
+func (g *gen) extras(spec *corev1.PodSpec, w *workload, earlier []*workload) {
 	if g.xchance(0.08) {
 		spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080, Protocol: corev1.ProtocolTCP}}
 		g.features[featHostPorts] = true
@@ -272,6 +341,50 @@ func (g *gen) extras(spec *corev1.PodSpec, w *workload) {
 			spec.TopologySpreadConstraints[i].NodeAffinityPolicy = ptr(corev1.NodeInclusionPolicyIgnore)
 			g.features[featAffinityPol] = true
 		}
+	}
+	if g.xchance(0.1) {
+		// Gt/Lt on the integer label: ANDed into every required term, or a term of its own
+		var e corev1.NodeSelectorRequirement
+		if g.xchance(0.5) {
+			e = corev1.NodeSelectorRequirement{Key: labelGeneration, Operator: corev1.NodeSelectorOpGt, Values: []string{fmt.Sprint(4 + g.x.Intn(3))}}
+		} else {
+			e = corev1.NodeSelectorRequirement{Key: labelGeneration, Operator: corev1.NodeSelectorOpLt, Values: []string{fmt.Sprint(5 + g.x.Intn(3))}}
+		}
+		spec.Affinity = ensureAffinity(spec.Affinity)
+		if spec.Affinity.NodeAffinity == nil {
+			spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+		}
+		na := spec.Affinity.NodeAffinity
+		if g.xchance(0.3) {
+			na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+				corev1.PreferredSchedulingTerm{Weight: int32(1 + g.x.Intn(100)), Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{e}}})
+		} else if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{e}}}}
+		} else {
+			terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			for i := range terms {
+				terms[i].MatchExpressions = append(terms[i].MatchExpressions, e)
+			}
+		}
+		g.features[featIntReqs] = true
+	}
+	if g.xchance(0.1) {
+		sel := map[string]string{"app": w.name}
+		if len(earlier) > 0 && g.xchance(0.5) {
+			sel = map[string]string{"app": earlier[g.x.Intn(len(earlier))].name}
+		}
+		key := corev1.LabelTopologyZone
+		if g.xchance(0.4) {
+			key = corev1.LabelHostname
+		}
+		spec.Affinity = ensureAffinity(spec.Affinity)
+		if spec.Affinity.PodAffinity == nil {
+			spec.Affinity.PodAffinity = &corev1.PodAffinity{}
+		}
+		spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append(spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution,
+			corev1.WeightedPodAffinityTerm{Weight: int32(1 + g.x.Intn(100)), PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: sel}, TopologyKey: key}})
+		g.features[featPrefAffinity] = true
 	}
 }
 
@@ -309,6 +422,9 @@ func generateScenario(seed int64, idx int, extended bool) *Scenario {
 	g.instanceTypes()
 	sc.InstanceTypes = g.specs
 	g.nodePools()
+	if g.extended {
+		g.extendPools()
+	}
 	for _, np := range g.pools {
 		sc.NodePools = append(sc.NodePools, *np)
 	}
@@ -384,6 +500,7 @@ func (g *gen) instanceTypes() {
 			spec.Capacity["nvidia.com/gpu"] = *resource.NewQuantity(c.gpus, resource.DecimalSI)
 		}
 		if g.extended {
+			spec.Labels[labelGeneration] = generation(c.name)
 			spec.Capacity[corev1.ResourceEphemeralStorage] = resource.MustParse(fmt.Sprintf("%dGi", 20+10*c.cpu))
 		}
 		// EKS-like overhead: kube-reserved cpu grows with cores, memory with
@@ -825,7 +942,7 @@ func (g *gen) workload(wi, replicas int, earlier []*workload) *workload {
 		spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}
 	}
 	if g.extended {
-		g.extras(&spec, w)
+		g.extras(&spec, w, earlier)
 	}
 	w.template = spec
 	created := g.base.Add(time.Duration(wi) * time.Second)
@@ -922,6 +1039,9 @@ func (g *gen) existingNodes(ws []*workload, dss []appsv1.DaemonSet) []ExistingNo
 			corev1.LabelArchStable:         cat.arch,
 			corev1.LabelOSStable:           "linux",
 			karpv1.CapacityTypeLabelKey:    ct,
+		}
+		if g.extended {
+			labels[labelGeneration] = generation(spec.Name)
 		}
 		var taints []corev1.Taint
 		managed := g.chance(0.8)

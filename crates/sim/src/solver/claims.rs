@@ -1,8 +1,6 @@
 //! NodeClaims (`nodeclaim.go`): whether a pod can join an in-flight claim, which of its
 //! NodePool's instance types survive, why none does, and opening a new claim.
 
-use std::collections::BTreeSet;
-
 use super::bits::Bits;
 use super::fit::with_topology;
 use super::outcome::Placement;
@@ -164,6 +162,9 @@ impl Scheduler<'_> {
             };
             return Err(reason);
         }
+        // minValues is checked on the types left, only when some are left (`SatisfiesMinValues`
+        // finds nothing to object to in an empty list; sigs.k8s.io/karpenter v1.14.0
+        // pkg/cloudprovider/types.go).
         if base.has_min_values()
             && let Err(msg) = self.min_values_ok(p, &kept, &base)
         {
@@ -179,23 +180,13 @@ impl Scheduler<'_> {
         reqs: &Requirements,
     ) -> Result<(), String> {
         let pool = &self.pools[p];
-        let mut short = Vec::new();
-        for (k, r) in reqs.iter() {
-            let Some(min) = r.min_values else { continue };
-            let mut values: BTreeSet<&str> = BTreeSet::new();
-            for t in kept.iter() {
-                if let Some(tr) = self.cat_reqs[pool.types[t].cat].get_ref(k) {
-                    values.extend(tr.values());
-                }
-            }
-            if values.len() < min {
-                short.push(format!("{k} has {} of minValues {min}", values.len()));
-            }
-        }
-        if short.is_empty() {
-            Ok(())
-        } else {
-            Err(format!("minValues not met: {}", short.join(", ")))
+        let types: Vec<&Requirements> = kept
+            .iter()
+            .map(|t| &self.cat_reqs[pool.types[t].cat])
+            .collect();
+        match super::prepare::min_values_short(reqs, &types) {
+            None => Ok(()),
+            Some(short) => Err(format!("minValues requirement not met: {short}")),
         }
     }
 

@@ -179,6 +179,17 @@ fn prepare_pool(
         ));
         return None;
     }
+    // Strict minValues (Karpenter's default policy): NewScheduler drops a template whose
+    // pre-filtered types cannot meet a minValues (scheduler.go, `filterInstanceTypesByRequirements`
+    // on the template, sigs.k8s.io/karpenter v1.14.0).
+    let kept: Vec<&Requirements> = types.iter().map(|t| &cat_reqs[t.cat]).collect();
+    if let Some(short) = min_values_short(&template, &kept) {
+        warnings.push(format!(
+            "nodepool {}: its instance types cannot meet minValues ({short}); it launches nothing",
+            pool.name
+        ));
+        return None;
+    }
     let group_overhead: Vec<Res> = group_keys
         .iter()
         .map(|g| {
@@ -366,4 +377,22 @@ impl<'a> Scheduler<'a> {
             strict,
         }
     }
+}
+
+/// The first `minValues` of `reqs` that the given instance types' requirements do not meet, as
+/// `key has N of minValues M`; `None` when all are met.
+pub(super) fn min_values_short(reqs: &Requirements, types: &[&Requirements]) -> Option<String> {
+    for (k, r) in reqs.iter() {
+        let Some(min) = r.min_values else { continue };
+        let mut values: BTreeSet<&str> = BTreeSet::new();
+        for tr in types {
+            if let Some(v) = tr.get_ref(k) {
+                values.extend(v.values());
+            }
+        }
+        if values.len() < min {
+            return Some(format!("{k} has {} of minValues {min}", values.len()));
+        }
+    }
+    None
 }
