@@ -1,0 +1,300 @@
+//! Carrying commands out: forceful expiration before the first round, and the execution of a
+//! chosen command (nodes gone, pods moved, replacements up).
+
+use super::Cand;
+use super::Cmd;
+use super::Dest;
+use super::Engine;
+use super::Method;
+use super::Repl;
+use super::WNode;
+use crate::disrupt::report::CommandOut;
+use crate::disrupt::report::NodeOut;
+use crate::disrupt::report::ReplacementOut;
+use crate::disrupt::state::NodeInfo;
+use crate::disrupt::state::PodInfo;
+use crate::labels;
+use crate::model::Node;
+use crate::model::Pod;
+use crate::plan::simulate;
+use crate::solver::Placement;
+use std::collections::BTreeMap;
+
+impl Engine<'_> {
+    /// Expired nodes go first, all at once, whatever blocks graceful disruption.
+    pub(super) fn expire(&mut self) {
+        let now = self.opts.now;
+        let expired: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| {
+                let Some(pool) = n.pool.as_deref() else {
+                    return false;
+                };
+                let after = n
+                    .info
+                    .expire_after
+                    .unwrap_or_else(|| self.state.pools.get(pool).and_then(|p| p.expire_after));
+                n.managed && matches!((after, n.info.created), (Some(a), Some(c)) if now >= c + a)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        let cands: Vec<Cand> = expired
+            .iter()
+            .map(|name| {
+                let n = &self.nodes[name];
+                let moving: Vec<Pod> = self
+                    .bound
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| self.info(p).is_some_and(PodInfo::reschedulable))
+                    .cloned()
+                    .collect();
+                Cand {
+                    name: name.clone(),
+                    pool: n.pool.clone().unwrap_or_default(),
+                    price: n.price,
+                    it: n.it,
+                    capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
+                    zone: n.node.labels.get(labels::ZONE).cloned(),
+                    resched: moving.len(),
+                    cost: 1.0,
+                    moving,
+                }
+            })
+            .collect();
+        let refs: Vec<&Cand> = cands.iter().collect();
+        // Provisioning for the evicted pods: failures stay Pending.
+        let (claims, moves, stranded) = match self.simulate(&refs, false) {
+            Ok(sim) => (sim.claims, sim.moves, Vec::new()),
+            Err(_) => {
+                // Re-run to learn which pods are placed; keep those, strand the rest.
+                let outcome = simulate(&self.input);
+                let first = self.pending.len();
+                let mut moves = Vec::new();
+                let mut stranded = Vec::new();
+                for pi in first..self.input.pods.len() {
+                    let p = self.input.pods[pi].clone();
+                    match outcome.placements[pi] {
+                        Some(Placement::Existing(ni)) => {
+                            moves.push((p, Dest::Existing(self.input.nodes[ni].name.clone())));
+                        }
+                        Some(Placement::Claim(ci)) => moves.push((p, Dest::Claim(ci))),
+                        None => stranded.push((
+                            p.key(),
+                            outcome.errors.get(&pi).cloned().unwrap_or_default(),
+                        )),
+                    }
+                }
+                (outcome.claims, moves, stranded)
+            }
+        };
+        let mut repls = Vec::new();
+        for claim in claims {
+            if let Some(launch) = self.do_launch(&claim) {
+                repls.push(Repl { claim, launch });
+            }
+        }
+        let cmd = Cmd {
+            method: Method::Expiration,
+            cands,
+            repls,
+            moves,
+            stranded,
+        };
+        self.apply(cmd);
+    }
+
+    /// Carries a command out and records it.
+    pub(super) fn apply(&mut self, cmd: Cmd) {
+        let now = self.opts.now;
+        let catalog = self.input.catalog.clone();
+        let before: f64 = cmd.cands.iter().map(|c| c.price).sum();
+        let mut nodes_out = Vec::new();
+        for c in &cmd.cands {
+            let n = self.nodes.remove(&c.name).expect("candidate exists");
+            self.bound.remove(&c.name);
+            nodes_out.push(NodeOut {
+                name: c.name.clone(),
+                node_pool: c.pool.clone(),
+                instance_type: n
+                    .node
+                    .labels
+                    .get(labels::INSTANCE_TYPE)
+                    .cloned()
+                    .unwrap_or_default(),
+                capacity_type: c.capacity_type.clone().unwrap_or_default(),
+                zone: c.zone.clone().unwrap_or_default(),
+                price_per_hour: crate::disrupt::report::round(c.price),
+            });
+        }
+        let mut repl_names = Vec::new();
+        let mut repls_out = Vec::new();
+        for r in &cmd.repls {
+            self.next_name += 1;
+            let name = format!("{}-replacement-{}", r.claim.pool, self.next_name);
+            let it = &catalog.types()[r.launch.instance_type];
+            let kubelet = self
+                .pool_kubelet(&r.claim.pool)
+                .cloned()
+                .unwrap_or_default();
+            let pool = self.input.pools.iter().find(|p| p.name == r.claim.pool);
+            let mut lbls: BTreeMap<String, String> = it
+                .labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            for (k, req) in r.claim.requirements.iter() {
+                if let Some(v) = req.single_value()
+                    && !lbls.contains_key(k)
+                {
+                    lbls.insert(k.to_owned(), v.to_owned());
+                }
+            }
+            if let Some(p) = pool {
+                lbls.extend(p.labels.clone());
+            }
+            for (k, v) in [
+                (labels::NODEPOOL, r.claim.pool.clone()),
+                (labels::INSTANCE_TYPE, it.name.clone()),
+                (labels::ZONE, r.launch.zone.clone()),
+                (
+                    labels::CAPACITY_TYPE,
+                    r.launch.capacity_type.as_str().to_owned(),
+                ),
+                (labels::HOSTNAME, name.clone()),
+                (labels::REGISTERED, "true".into()),
+                (labels::INITIALIZED, "true".into()),
+            ] {
+                lbls.insert(k.to_owned(), v);
+            }
+            let to_map = |r: kk_catalog::Resources| {
+                r.iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect::<BTreeMap<_, _>>()
+            };
+            let node = Node {
+                name: name.clone(),
+                labels: lbls,
+                taints: pool.map(|p| p.taints.clone()).unwrap_or_default(),
+                allocatable: to_map(it.allocatable(&kubelet)),
+                capacity: to_map(it.capacity.clone()),
+            };
+            let expire = self
+                .state
+                .pools
+                .get(&r.claim.pool)
+                .and_then(|p| p.expire_after);
+            self.nodes.insert(
+                name.clone(),
+                WNode {
+                    node,
+                    info: NodeInfo {
+                        name: name.clone(),
+                        claim: Some(name.clone()),
+                        created: Some(now),
+                        initialized_at: Some(now),
+                        initialized: true,
+                        last_pod_event: Some(now),
+                        expire_after: Some(expire),
+                        ready: true,
+                        ..NodeInfo::default()
+                    },
+                    pool: Some(r.claim.pool.clone()),
+                    managed: true,
+                    it: Some(r.launch.instance_type),
+                    price: r.launch.price,
+                },
+            );
+            repl_names.push(name.clone());
+            repls_out.push(ReplacementOut {
+                name,
+                node_pool: r.claim.pool.clone(),
+                instance_type: it.name.clone(),
+                instance_type_options: r
+                    .claim
+                    .types
+                    .iter()
+                    .map(|&ci| catalog.types()[ci].name.clone())
+                    .collect(),
+                capacity_type: r.launch.capacity_type.as_str().to_owned(),
+                zone: r.launch.zone.clone(),
+                price_per_hour: crate::disrupt::report::round(r.launch.price),
+                pods: Vec::new(),
+            });
+        }
+        let mut moved = 0;
+        for (p, dest) in cmd.moves {
+            moved += 1;
+            let target = match dest {
+                Dest::Existing(n) => n,
+                Dest::Claim(k) => {
+                    if let Some(out) = repls_out.get_mut(k) {
+                        out.pods.push(p.key());
+                    }
+                    match repl_names.get(k) {
+                        Some(n) => n.clone(),
+                        None => continue,
+                    }
+                }
+            };
+            if let Some(n) = self.nodes.get_mut(&target) {
+                n.info.last_pod_event = Some(now);
+            }
+            self.bound.entry(target).or_default().push(p);
+        }
+        for (pod, reason) in &cmd.stranded {
+            self.stranded.push((pod.clone(), reason.clone()));
+        }
+        for r in &mut repls_out {
+            r.pods.sort();
+        }
+        self.bound_dirty = true;
+        let after: f64 = cmd.repls.iter().map(|r| r.launch.price).sum();
+        if let Some(x) = &self.opts.explain
+            && cmd.cands.iter().any(|c| &c.name == x)
+        {
+            self.explained.push(format!(
+                "round {}: {}: {} (with {} other node(s)){}",
+                self.round,
+                cmd.method.name(),
+                if cmd.repls.is_empty() {
+                    "deleted"
+                } else {
+                    "replaced"
+                },
+                cmd.cands.len() - 1,
+                if repl_names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" by {}", repl_names.join(", "))
+                }
+            ));
+        }
+        self.commands.push(CommandOut {
+            round: self.round,
+            method: cmd.method.name().to_owned(),
+            reason: if cmd.method == Method::Expiration {
+                "Expired".to_owned()
+            } else {
+                cmd.method.reason().as_str().to_owned()
+            },
+            decision: if cmd.repls.is_empty() {
+                "delete"
+            } else {
+                "replace"
+            }
+            .to_owned(),
+            nodes: nodes_out,
+            replacements: repls_out,
+            pods_moved: moved,
+            price_per_hour_before: crate::disrupt::report::round(before),
+            price_per_hour_after: crate::disrupt::report::round(after),
+            savings_per_hour: crate::disrupt::report::round(before - after),
+        });
+    }
+}

@@ -1,0 +1,236 @@
+//! Whether a candidate may be consolidated and with what replacement (`ShouldDisrupt`,
+//! `computeConsolidation`, spot-to-spot), and the command's estimated savings.
+
+use super::Cand;
+use super::Cmd;
+use super::Engine;
+use super::Method;
+use super::Repl;
+use super::price_of;
+use crate::disrupt::state::Policy;
+use crate::labels;
+use crate::req::Requirement;
+use crate::req::Requirements;
+use kk_catalog::CapacityType;
+
+/// `MinInstanceTypesForSpotToSpotConsolidation`.
+const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
+
+/// `Offerings.WorstLaunchPrice`: the dearest compatible available spot offering, else the
+/// dearest on-demand one.
+fn worst_launch_price(it: &kk_catalog::InstanceType, reqs: &Requirements) -> f64 {
+    let zr = reqs.get(labels::ZONE);
+    let cr = reqs.get(labels::CAPACITY_TYPE);
+    for ct in [CapacityType::Spot, CapacityType::OnDemand] {
+        let worst = it
+            .offerings
+            .iter()
+            .filter(|o| {
+                o.available
+                    && o.capacity_type == ct
+                    && zr.has(&o.zone)
+                    && cr.has(o.capacity_type.as_str())
+            })
+            .map(|o| o.price)
+            .fold(f64::NAN, f64::max);
+        if !worst.is_nan() {
+            return worst;
+        }
+    }
+    f64::MAX
+}
+
+fn cheapest_available(it: &kk_catalog::InstanceType) -> Option<f64> {
+    it.offerings
+        .iter()
+        .filter(|o| o.available)
+        .map(|o| o.price)
+        .reduce(f64::min)
+}
+
+impl Engine<'_> {
+    /// `consolidation.ShouldDisrupt` (and Emptiness's): `Err` is why not.
+    pub(super) fn consolidatable(&self, c: &Cand, method: Method) -> Result<(), String> {
+        let pool = &self.state.pools[&c.pool];
+        if pool.static_pool {
+            return Err("static NodePool".into());
+        }
+        let n = &self.nodes[&c.name];
+        if method == Method::Emptiness {
+            if pool.consolidate_after.is_none() {
+                return Err(format!("NodePool {:?} has consolidation disabled", c.pool));
+            }
+            if !c.empty() {
+                return Err(format!("not empty ({} reschedulable pods)", c.resched));
+            }
+        } else {
+            if c.it.is_none() {
+                return Err(format!(
+                    "Instance Type {:?} not found",
+                    n.node
+                        .labels
+                        .get(labels::INSTANCE_TYPE)
+                        .cloned()
+                        .unwrap_or_default()
+                ));
+            }
+            if c.capacity_type.is_none() {
+                return Err(format!(
+                    "Node does not have label {:?}",
+                    labels::CAPACITY_TYPE
+                ));
+            }
+            if c.zone.is_none() {
+                return Err(format!("Node does not have label {:?}", labels::ZONE));
+            }
+            if pool.consolidate_after.is_none() {
+                return Err(format!("NodePool {:?} has consolidation disabled", c.pool));
+            }
+            if c.empty() {
+                return Err("empty: left to Emptiness".into());
+            }
+            if pool.policy == Policy::WhenEmpty {
+                return Err(format!(
+                    "NodePool {:?} has consolidation policy WhenEmpty, but node is not empty",
+                    c.pool
+                ));
+            }
+        }
+        if let Some(at) = self.under_consolidate_after(n) {
+            return Err(format!(
+                "consolidateAfter not elapsed: consolidatable at {}",
+                crate::disrupt::clock::format_time(at)
+            ));
+        }
+        Ok(())
+    }
+
+    /// `computeConsolidation` (with `computeSpotToSpotConsolidation`).
+    pub(super) fn consolidate(&mut self, cands: &[&Cand], method: Method) -> Result<Cmd, String> {
+        let sim = self.simulate(cands, true)?;
+        let owned: Vec<Cand> = cands.iter().map(|c| (*c).clone()).collect();
+        if sim.claims.is_empty() {
+            return Ok(Cmd {
+                method,
+                cands: owned,
+                repls: Vec::new(),
+                moves: sim.moves,
+                stranded: Vec::new(),
+            });
+        }
+        if sim.claims.len() != 1 {
+            return Err(format!(
+                "can't remove without creating {} nodes",
+                sim.claims.len()
+            ));
+        }
+        let price: f64 = cands.iter().map(|c| c.price).sum();
+        let mut claim = sim.claims[0].clone();
+        let catalog = &self.input.catalog;
+        let all_spot = cands
+            .iter()
+            .all(|c| c.capacity_type.as_deref() == Some("spot"));
+        if all_spot && claim.requirements.get(labels::CAPACITY_TYPE).has("spot") {
+            if !self.opts.spot_to_spot {
+                return Err(
+                    "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+                        .into(),
+                );
+            }
+            claim
+                .requirements
+                .add(labels::CAPACITY_TYPE, Requirement::single("spot"));
+            let zr = claim.requirements.get(labels::ZONE);
+            claim.types.retain(|&ci| {
+                catalog.types()[ci].offerings.iter().any(|o| {
+                    o.available && o.capacity_type == CapacityType::Spot && zr.has(&o.zone)
+                })
+            });
+            let reqs = claim.requirements.clone();
+            claim
+                .types
+                .retain(|&ci| worst_launch_price(&catalog.types()[ci], &reqs) < price);
+            if claim.types.is_empty() {
+                return Err("can't replace with a cheaper node".into());
+            }
+            if cands.len() == 1 {
+                if claim.types.len() < SPOT_TO_SPOT_MIN_TYPES {
+                    return Err(format!(
+                        "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_TYPES} cheaper instance type options than the current candidate to consolidate, got {}",
+                        claim.types.len()
+                    ));
+                }
+                claim.types.truncate(SPOT_TO_SPOT_MIN_TYPES);
+            }
+        } else {
+            let reqs = claim.requirements.clone();
+            claim
+                .types
+                .retain(|&ci| worst_launch_price(&catalog.types()[ci], &reqs) < price);
+            if claim.types.is_empty() {
+                return Err("can't replace with a cheaper node".into());
+            }
+            let ct = claim.requirements.get(labels::CAPACITY_TYPE);
+            if ct.has("spot") && ct.has("on-demand") {
+                claim
+                    .requirements
+                    .add(labels::CAPACITY_TYPE, Requirement::single("spot"));
+            }
+        }
+        if method == Method::MultiNode {
+            // filterOutSameInstanceType: no replacement dearer than a candidate's own type.
+            let mut max_price = f64::MAX;
+            for c in cands {
+                let Some(it) = c.it else { continue };
+                if claim.types.contains(&it) {
+                    max_price = max_price.min(price_of(
+                        catalog,
+                        it,
+                        c.zone.as_deref(),
+                        c.capacity_type.as_deref(),
+                    ));
+                }
+            }
+            let reqs = claim.requirements.clone();
+            claim
+                .types
+                .retain(|&ci| worst_launch_price(&catalog.types()[ci], &reqs) < max_price);
+            if claim.types.is_empty() {
+                return Err("only replaceable by the same instance type".into());
+            }
+        }
+        let launch = self
+            .do_launch(&claim)
+            .ok_or("no launchable offering for the replacement")?;
+        Ok(Cmd {
+            method,
+            cands: owned,
+            repls: vec![Repl { claim, launch }],
+            moves: sim.moves,
+            stranded: Vec::new(),
+        })
+    }
+
+    /// `Command.EstimatedSavings`: the candidates' prices less the cheapest available offering
+    /// of the replacement's first option.
+    pub(super) fn savings(&self, cmd: &Cmd) -> f64 {
+        let source: f64 = cmd.cands.iter().map(|c| c.price).sum();
+        let dest: f64 = cmd
+            .repls
+            .iter()
+            .filter_map(|r| r.claim.types.first())
+            .filter_map(|&ci| cheapest_available(&self.input.catalog.types()[ci]))
+            .sum();
+        source - dest
+    }
+
+    pub(super) fn sort_by_savings(cands: &mut [Cand]) {
+        // Upstream sorts with sort.Slice on candidates in map order (ties random); here ties
+        // keep name order.
+        cands.sort_by(|a, b| {
+            b.savings_ratio()
+                .total_cmp(&a.savings_ratio())
+                .then(a.name.cmp(&b.name))
+        });
+    }
+}
