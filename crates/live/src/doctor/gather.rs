@@ -161,7 +161,9 @@ async fn rbac(client: &Client) -> Read<Rbac> {
     Ok(out)
 }
 
-fn sdk_err<
+/// One call's refusal, in words. Every `aws-sdk-*` crate re-exports the same smithy `SdkError`
+/// and `ProvideErrorMetadata`, so this one function serves EC2 and IAM alike.
+fn aws_err<
     E: aws_sdk_ec2::error::ProvideErrorMetadata + std::fmt::Debug + std::error::Error + 'static,
 >(
     call: &str,
@@ -200,7 +202,7 @@ async fn instances(
             .set_next_token(next.clone())
             .send()
             .await
-            .map_err(|e| sdk_err("ec2:DescribeInstances", &e))?;
+            .map_err(|e| aws_err("ec2:DescribeInstances", &e))?;
         for r in out_page.reservations() {
             for i in r.instances() {
                 let id = i.instance_id().unwrap_or_default().to_owned();
@@ -264,7 +266,7 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
         .group_ids(id)
         .send()
         .await
-        .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+        .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
     out.security_groups()
         .first()
         .map(security_group)
@@ -279,7 +281,7 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             .set_group_ids(Some(facts.node_security_group_ids.clone()))
             .send()
             .await
-            .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+            .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
         found.extend(out.security_groups().iter().map(security_group));
     }
     if let Some((key, value)) = &facts.node_security_group_tag {
@@ -293,7 +295,7 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             )
             .send()
             .await
-            .map_err(|e| sdk_err("ec2:DescribeSecurityGroups", &e))?;
+            .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
         found.extend(out.security_groups().iter().map(security_group));
     }
     Ok(found)
@@ -327,22 +329,6 @@ pub fn policy_document(text: &str) -> Result<Value, String> {
     serde_json::from_slice(&out).map_err(|e| format!("not a JSON policy document: {e}"))
 }
 
-fn iam_err<
-    E: aws_sdk_iam::error::ProvideErrorMetadata + std::fmt::Debug + std::error::Error + 'static,
->(
-    call: &str,
-    e: &aws_sdk_iam::error::SdkError<E>,
-) -> String {
-    match e.as_service_error() {
-        Some(s) => format!(
-            "{call}: {} ({})",
-            s.message().unwrap_or("refused"),
-            s.code().unwrap_or("error")
-        ),
-        None => format!("{call}: {}", crate::token::error_chain(e)),
-    }
-}
-
 /// The role's inline and attached (default version) policies, by name.
 pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(String, Value)>> {
     let mut out = Vec::new();
@@ -351,7 +337,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
         .role_name(role)
         .send()
         .await
-        .map_err(|e| iam_err("iam:ListRolePolicies", &e))?;
+        .map_err(|e| aws_err("iam:ListRolePolicies", &e))?;
     for name in inline.policy_names() {
         let p = iam
             .get_role_policy()
@@ -359,7 +345,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .policy_name(name)
             .send()
             .await
-            .map_err(|e| iam_err("iam:GetRolePolicy", &e))?;
+            .map_err(|e| aws_err("iam:GetRolePolicy", &e))?;
         out.push((
             format!("{role}/{name}"),
             policy_document(p.policy_document())?,
@@ -370,7 +356,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
         .role_name(role)
         .send()
         .await
-        .map_err(|e| iam_err("iam:ListAttachedRolePolicies", &e))?;
+        .map_err(|e| aws_err("iam:ListAttachedRolePolicies", &e))?;
     for a in attached.attached_policies() {
         let arn = a.policy_arn().unwrap_or_default();
         let policy = iam
@@ -378,7 +364,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .policy_arn(arn)
             .send()
             .await
-            .map_err(|e| iam_err("iam:GetPolicy", &e))?;
+            .map_err(|e| aws_err("iam:GetPolicy", &e))?;
         let version = policy
             .policy()
             .and_then(|p| p.default_version_id())
@@ -390,7 +376,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .version_id(&version)
             .send()
             .await
-            .map_err(|e| iam_err("iam:GetPolicyVersion", &e))?;
+            .map_err(|e| aws_err("iam:GetPolicyVersion", &e))?;
         let doc = v
             .policy_version()
             .and_then(|v| v.document())
