@@ -42,19 +42,8 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
             ..kk_sim::Options::default()
         },
     };
-    let state = disrupt::load(&files, &opts, None).map_err(|errors| {
-        let count = errors.len();
-        let mut message = errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\nerror: ");
-        message.push_str(&format!(
-            "\n{count} problem{} in the inputs; nothing simulated",
-            if count == 1 { "" } else { "s" }
-        ));
-        Failure(message)
-    })?;
+    let state = disrupt::load(&files, &opts, None)
+        .map_err(|errors| crate::sources::problems(&errors, "in the inputs; nothing simulated"))?;
     if state.input.pools.is_empty() {
         return Err(Failure(
             "no NodePool in the inputs; pass the NodePools (or the spec) with -f".into(),

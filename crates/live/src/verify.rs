@@ -346,6 +346,29 @@ macro_rules! step {
     };
 }
 
+/// This run's pods for `pool` (the lone Pod or the Deployment's), each noted in `ev`.
+async fn run_pods(
+    pods: &Api<Pod>,
+    selector: &ListParams,
+    pool: &str,
+    ev: &mut Vec<String>,
+) -> Result<Vec<Pod>, kube::Error> {
+    let mine = |p: &Pod| {
+        p.metadata.name.as_deref().is_some_and(|n| {
+            n == format!("kk-verify-{pool}") || n.starts_with(&format!("kk-verify-{pool}-"))
+        })
+    };
+    let list: Vec<Pod> = pods
+        .list(selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(mine)
+        .collect();
+    ev.extend(list.iter().map(pod_summary));
+    Ok(list)
+}
+
 async fn follow(
     f: &mut Follower<'_>,
     target: &PoolTarget,
@@ -373,23 +396,10 @@ async fn follow(
     } else {
         options.replicas.max(1) as usize
     };
-    let mine = |p: &Pod| {
-        p.metadata.name.as_deref().is_some_and(|n| {
-            n == format!("kk-verify-{}", target.pool)
-                || n.starts_with(&format!("kk-verify-{}-", target.pool))
-        })
-    };
     let existing_capacity = step!(f, "pods Pending (Unschedulable)", async |ev: &mut Vec<
         String,
     >| {
-        let list: Vec<Pod> = pods
-            .list(&selector)
-            .await?
-            .items
-            .into_iter()
-            .filter(mine)
-            .collect();
-        ev.extend(list.iter().map(pod_summary));
+        let list = run_pods(&pods, &selector, &target.pool, ev).await?;
         if list.len() < want {
             return Ok(None);
         }
@@ -448,14 +458,7 @@ async fn follow(
         provider_id = pid;
     }
     let node_name: String = step!(f, "pods Running", async |ev: &mut Vec<String>| {
-        let list: Vec<Pod> = pods
-            .list(&selector)
-            .await?
-            .items
-            .into_iter()
-            .filter(mine)
-            .collect();
-        ev.extend(list.iter().map(pod_summary));
+        let list = run_pods(&pods, &selector, &target.pool, ev).await?;
         if list.len() >= want && list.iter().all(is_running) {
             return Ok(Some(
                 list[0]

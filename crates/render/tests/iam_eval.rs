@@ -8,29 +8,14 @@
 use kk_spec::{ElasticCluster, JoinMode, parse_spec};
 use serde_json::{Value, json};
 
+mod iam;
+use iam::glob;
+
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Allow,
     ExplicitDeny,
     ImplicitDeny,
-}
-
-fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    // dp[i][j]: p[..i] matches t[..j]
-    let mut dp = vec![vec![false; t.len() + 1]; p.len() + 1];
-    dp[0][0] = true;
-    for i in 1..=p.len() {
-        dp[i][0] = dp[i - 1][0] && p[i - 1] == '*';
-        for j in 1..=t.len() {
-            dp[i][j] = match p[i - 1] {
-                '*' => dp[i - 1][j] || dp[i][j - 1],
-                '?' => dp[i - 1][j - 1],
-                c => dp[i - 1][j - 1] && c == t[j - 1],
-            };
-        }
-    }
-    dp[p.len()][t.len()]
 }
 
 fn any_matches(list: &Value, text: &str, case_insensitive: bool) -> bool {

@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+mod iam;
+use iam::glob;
+
 use kk_model::yaml::{LoadLimits, load_documents};
 use kk_render::{Bundle, render};
 use kk_spec::parse_spec;
@@ -29,24 +32,6 @@ fn list(v: &Value) -> Vec<String> {
         Value::Null => Vec::new(),
         other => panic!("not a string or list: {other}"),
     }
-}
-
-/// `*`/`?` wildcards, as IAM matches actions (case-insensitively) and resources.
-fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let mut dp = vec![vec![false; t.len() + 1]; p.len() + 1];
-    dp[0][0] = true;
-    for i in 1..=p.len() {
-        dp[i][0] = dp[i - 1][0] && p[i - 1] == '*';
-        for j in 1..=t.len() {
-            dp[i][j] = match p[i - 1] {
-                '*' => dp[i - 1][j] || dp[i][j - 1],
-                '?' => dp[i - 1][j - 1],
-                c => dp[i - 1][j - 1] && c == t[j - 1],
-            };
-        }
-    }
-    dp[p.len()][t.len()]
 }
 
 /// Whether an identity policy has an Allow statement for `action` on `resource` (conditions

@@ -17,34 +17,15 @@
 //! on a cache miss). Without it (`KK_ORACLE=none`), states come from `$KK_DISRUPT_DIR`
 //! (`disrupt-<N>.json`, written earlier with `disrupt-bench --emit`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use kk_sim::disrupt::{self, scenario};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn oracle() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KK_ORACLE") {
-        return (p != "none").then(|| PathBuf::from(p));
-    }
-    let out = Command::new(root().join("testbed/karpenter-oracle/build"))
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "disrupt bench: testbed/karpenter-oracle/build failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (!path.is_empty()).then(|| PathBuf::from(path))
-}
+mod oracle;
+use oracle::oracle;
 
 fn main() {
     // `cargo test --benches` runs benches with --bench absent: stay quick then.
@@ -60,7 +41,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir().join("kk-disrupt-bench"));
     std::fs::create_dir_all(&dir).expect("bench folder");
-    let bin = oracle();
+    let bin = oracle("disrupt bench");
     println!(
         "{:>6} {:>7} {:>12} {:>12} {:>14} {:>8}  command (ours | oracle)",
         "nodes", "pods", "oracle pass", "kk-sim pass", "kk-sim all", "ratio"

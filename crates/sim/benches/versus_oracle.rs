@@ -19,27 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn oracle() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("KK_ORACLE") {
-        return (p != "none").then(|| PathBuf::from(p));
-    }
-    let out = Command::new(root().join("testbed/karpenter-oracle/build"))
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "versus_oracle: testbed/karpenter-oracle/build failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    (!path.is_empty()).then(|| PathBuf::from(path))
-}
+mod oracle;
+use oracle::oracle;
 
 /// The oracle's `bench` table: pods → (node claims, pending, Solve seconds).
 fn oracle_times(bin: &Path, sizes: &str) -> Vec<(usize, usize, usize, f64)> {
@@ -75,7 +56,7 @@ fn main() {
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let bin = oracle();
+    let bin = oracle("versus_oracle");
     let own_dir = std::env::var_os("KK_BENCH_DIR").is_none();
     let dir = std::env::var("KK_BENCH_DIR").map_or_else(
         |_| std::env::temp_dir().join(format!("kk-versus-oracle-{}", std::process::id())),

@@ -6,3 +6,18 @@ pub mod join_credentials;
 pub mod literal_secret;
 pub mod nodeadm_config;
 pub mod registration;
+
+use crate::context::{Context, NodeClassView};
+
+/// The Custom-AMI EC2NodeClasses that carry userData, with that userData: the ones whose script
+/// (not Karpenter's AMI family) joins the node.
+pub(crate) fn custom_ami_user_data<'c, 'a>(
+    ctx: &'c Context<'a>,
+) -> impl Iterator<Item = (&'c NodeClassView<'a>, &'c str)> {
+    ctx.node_classes.iter().filter_map(|view| {
+        if view.class.spec.ami_family.as_deref() != Some("Custom") {
+            return None;
+        }
+        Some((view, view.class.spec.user_data.as_deref()?))
+    })
+}

@@ -196,13 +196,7 @@ impl Rule for NodeadmConfigIncomplete {
     }
 
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>) {
-        for view in &ctx.node_classes {
-            if view.class.spec.ami_family.as_deref() != Some("Custom") {
-                continue;
-            }
-            let Some(user_data) = view.class.spec.user_data.as_deref() else {
-                continue;
-            };
+        for (view, user_data) in super::custom_ami_user_data(ctx) {
             let configs = node_configs(user_data);
             if configs.is_empty() {
                 continue;

@@ -81,13 +81,7 @@ impl Rule for CustomAmiRegistration {
     }
 
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>) {
-        for view in &ctx.node_classes {
-            if view.class.spec.ami_family.as_deref() != Some("Custom") {
-                continue;
-            }
-            let Some(script) = view.class.spec.user_data.as_deref() else {
-                continue;
-            };
+        for (view, script) in super::custom_ami_user_data(ctx) {
             if !userdata::joins_with_kubeadm(script) {
                 continue;
             }
