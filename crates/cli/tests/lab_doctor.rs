@@ -315,11 +315,7 @@ fn doctor_fails_pass_role_when_the_controller_policy_lacks_it_and_karpenter_repo
         return;
     };
     let (spec, bundle) = lab.render(|s| s);
-    std::fs::write(
-        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("passrole-denied"),
-        "",
-    )
-    .unwrap();
+    lab.fault("passrole-denied");
     lab.deploy(&spec, &bundle);
     let role = controller_role(&lab, &bundle, false);
     let mut outcome = doctor(&lab, &spec, &["--controller-role", &role]);
@@ -489,10 +485,7 @@ fn doctor_wall_time_on_many_nodes() {
     let Some(mut lab) = Lab::require("doctor wall time on many nodes") else {
         return;
     };
-    let wanted: i32 = std::env::var("KK_LAB_NODES_WANTED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let wanted = Lab::nodes_wanted();
     let (spec, bundle) = lab.render(|s| s.replace("sizes: [large, xlarge]", "sizes: [xlarge]"));
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", wanted * 3);

@@ -293,11 +293,7 @@ fn failure_passrole_refused_fails_the_nodeclass_validation_and_launches_nothing(
         return;
     };
     let (spec, bundle) = lab.render(|s| s);
-    std::fs::write(
-        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("passrole-denied"),
-        "",
-    )
-    .unwrap();
+    lab.fault("passrole-denied");
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 1);
     let classes = lab.dynamic("karpenter.k8s.aws", "v1", "EC2NodeClass");
@@ -439,11 +435,7 @@ fn failure_api_port_blocked_from_the_nodes_leaves_the_nodeclaim_launched_and_not
     let Some((mut lab, _, _)) = Lab::deployed("failure: API port blocked", |s| s) else {
         return;
     };
-    std::fs::write(
-        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("api-port-blocked"),
-        "",
-    )
-    .unwrap();
+    lab.fault("api-port-blocked");
     lab.scale("inflate-workload-general", 1);
     let api = lab.var("KK_LAB_API_SERVER");
     let pid = launched(&mut lab, "workload-general");
@@ -471,10 +463,7 @@ fn lab_capacity_many_nodes() {
     let Some(mut lab) = Lab::require("lab capacity") else {
         return;
     };
-    let wanted: i32 = std::env::var("KK_LAB_NODES_WANTED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let wanted = Lab::nodes_wanted();
     let (spec, bundle) = lab.render(|s| s.replace("sizes: [large, xlarge]", "sizes: [xlarge]"));
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", wanted * 3);

@@ -169,11 +169,7 @@ fn verify_stops_at_registered_and_names_the_closed_api_port() {
     let Some((lab, spec, _)) = Lab::deployed("verify: API port blocked", |s| s) else {
         return;
     };
-    std::fs::write(
-        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("api-port-blocked"),
-        "",
-    )
-    .unwrap();
+    lab.fault("api-port-blocked");
     let (code, result) = verify(
         &lab,
         &spec,
@@ -195,11 +191,7 @@ fn verify_stops_before_a_nodeclaim_and_names_pass_role() {
         return;
     };
     let (spec, bundle) = lab.render(|s| s);
-    std::fs::write(
-        std::path::Path::new(&lab.var("KK_LAB_FAULTS")).join("passrole-denied"),
-        "",
-    )
-    .unwrap();
+    lab.fault("passrole-denied");
     lab.deploy(&spec, &bundle);
     let (code, result) = verify(
         &lab,

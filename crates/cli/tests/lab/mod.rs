@@ -403,6 +403,19 @@ impl Lab {
         out
     }
 
+    /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
+    pub fn fault(&self, name: &str) {
+        std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), "").unwrap();
+    }
+
+    /// How many nodes the lab-size figures grow to: KK_LAB_NODES_WANTED, default 20.
+    pub fn nodes_wanted() -> i32 {
+        std::env::var("KK_LAB_NODES_WANTED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20)
+    }
+
     /// Back to a lab with no NodePools, NodeClaims, instances or workloads.
     pub fn reset(&mut self) {
         let faults = self.var("KK_LAB_FAULTS");
