@@ -244,7 +244,7 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
                 return Err(Failure(format!(
                     "aws: step \"{}\" failed: {}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
                     e.failed,
-                    e.message,
+                    e.error,
                     if done.is_empty() {
                         "nothing".to_owned()
                     } else {

@@ -27,7 +27,7 @@ pub struct DoctorArgs {
     controller_role: Option<String>,
     /// How long a NodeClaim, Node or pod may stay in an intermediate state (launched but not
     /// registered, uninitialized, Pending) before its check fails rather than warns.
-    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    #[arg(long, default_value = "2m", value_parser = kk_live::token::parse_duration)]
     grace: std::time::Duration,
     /// AWS region (default: the spec's).
     #[arg(long)]
@@ -41,10 +41,6 @@ pub struct DoctorArgs {
     /// Output: text, json or yaml.
     #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
     output: String,
-}
-
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    kk_live::token::parse_duration(text)
 }
 
 fn print_value(value: &serde_json::Value, output: &str) -> Result<(), Failure> {

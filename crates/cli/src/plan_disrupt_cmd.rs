@@ -72,7 +72,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         max_rounds: 100_000,
         first_pass_candidates: false,
     };
-    let report = disrupt::run(&state, &options).map_err(Failure)?;
+    let report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
     let mut out = std::io::stdout().lock();
     match args.output.as_str() {
         "json" => out.write_all(report.to_json().as_bytes())?,

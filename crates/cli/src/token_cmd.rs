@@ -145,7 +145,7 @@ pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<T
         .or(cluster)
         .ok_or_else(|| Failure("name the cluster: --cluster or --spec".into()))?;
     let kind = match &args.store {
-        Some(s) => s.parse::<StoreKind>().map_err(Failure)?,
+        Some(s) => s.parse::<StoreKind>().map_err(|e| Failure(e.to_string()))?,
         None if !publish && spec_kind.is_none() => return Ok(None),
         None => spec_kind.ok_or_else(|| {
             Failure(if args.spec.is_some() {

@@ -22,7 +22,7 @@ pub struct VerifyArgs {
     #[arg(long = "pool")]
     pools: Vec<String>,
     /// How long each phase may take before verify stops that pool and says why.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = kk_live::token::parse_duration)]
     timeout: Duration,
     /// Replicas of the CPU pools' inflate workload.
     #[arg(long, default_value_t = 1)]
@@ -46,10 +46,6 @@ pub struct VerifyArgs {
     /// Output: text (progress on stderr, table on stdout) or json.
     #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
     output: String,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    kk_live::token::parse_duration(text)
 }
 
 fn table(results: &[PoolResult]) -> String {

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::doctor::gather::policy_document;
+use crate::aws_error::AwsCallError;
+use crate::doctor::gather::{PolicyDocumentError, policy_document};
 
 /// What the account should hold, from the spec and the rendered iam/ files.
 #[derive(Debug, Clone, Default)]
@@ -66,11 +67,11 @@ pub struct AwsOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{failed}: {message}")]
+#[error("{failed}: {error}")]
 pub struct AwsApplyError {
     pub outcome: AwsOutcome,
     pub failed: String,
-    pub message: String,
+    pub error: StepError,
     /// The steps after the failed one, not attempted.
     pub not_attempted: Vec<String>,
 }
@@ -89,19 +90,23 @@ pub const STEPS: &[&str] = &[
     "API port from the node security group",
 ];
 
-fn service_message<E, R>(call: &str, e: &aws_sdk_iam::error::SdkError<E, R>) -> String
-where
-    E: aws_sdk_iam::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
-{
-    match e.as_service_error() {
-        Some(s) => format!(
-            "{call} refused: {} ({})",
-            s.message().unwrap_or(""),
-            s.code().unwrap_or("error")
-        ),
-        None => format!("{call}: {e}"),
-    }
+/// Why a step stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Aws(#[from] AwsCallError),
+    #[error("the policy document IAM returned: {0}")]
+    Policy(#[from] PolicyDocumentError),
+    #[error("building the request: {0}")]
+    Request(#[from] aws_sdk_iam::error::BuildError),
+    #[error(
+        "no {kind} carries the discovery tag {key}={value}: tag the ones Karpenter may use (iam/discovery.json)"
+    )]
+    NoDiscoveryTag {
+        kind: String,
+        key: String,
+        value: String,
+    },
 }
 
 fn code_of<E, R>(e: &aws_sdk_iam::error::SdkError<E, R>) -> Option<&str>
@@ -127,7 +132,7 @@ impl Run<'_> {
         !self.plan_only
     }
 
-    async fn node_role(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn node_role(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         self.out.reads += 1;
         match self.iam.get_role().role_name(&d.node_role).send().await {
             Ok(r) => {
@@ -146,7 +151,7 @@ impl Run<'_> {
                         .policy_document(d.trust_policy.to_string())
                         .send()
                         .await
-                        .map_err(|e| service_message("iam:UpdateAssumeRolePolicy", &e))?;
+                        .map_err(|e| AwsCallError::from_sdk("iam:UpdateAssumeRolePolicy", &e))?;
                 }
                 Ok(())
             }
@@ -160,20 +165,19 @@ impl Run<'_> {
                             aws_sdk_iam::types::Tag::builder()
                                 .key(crate::store::CLUSTER_TAG)
                                 .value(&d.cluster)
-                                .build()
-                                .map_err(|e| e.to_string())?,
+                                .build()?,
                         )
                         .send()
                         .await
-                        .map_err(|e| service_message("iam:CreateRole", &e))?;
+                        .map_err(|e| AwsCallError::from_sdk("iam:CreateRole", &e))?;
                 }
                 Ok(())
             }
-            Err(e) => Err(service_message("iam:GetRole", &e)),
+            Err(e) => Err(AwsCallError::from_sdk("iam:GetRole", &e).into()),
         }
     }
 
-    async fn managed(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn managed(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         let attached: BTreeSet<String> = if self.role_exists(d).await? {
             self.out.reads += 1;
             self.iam
@@ -181,7 +185,7 @@ impl Run<'_> {
                 .role_name(&d.node_role)
                 .send()
                 .await
-                .map_err(|e| service_message("iam:ListAttachedRolePolicies", &e))?
+                .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?
                 .attached_policies()
                 .iter()
                 .filter_map(|p| p.policy_arn().map(str::to_owned))
@@ -200,14 +204,14 @@ impl Run<'_> {
                     .policy_arn(arn)
                     .send()
                     .await
-                    .map_err(|e| service_message("iam:AttachRolePolicy", &e))?;
+                    .map_err(|e| AwsCallError::from_sdk("iam:AttachRolePolicy", &e))?;
             }
         }
         Ok(())
     }
 
     /// In a plan, the role may not exist yet: then there is nothing to read under it.
-    async fn role_exists(&mut self, d: &AwsDesired) -> Result<bool, String> {
+    async fn role_exists(&mut self, d: &AwsDesired) -> Result<bool, StepError> {
         if !self.plan_only {
             return Ok(true);
         }
@@ -218,7 +222,7 @@ impl Run<'_> {
             .any(|w| w.call == "iam:CreateRole" && w.target == d.node_role))
     }
 
-    async fn inline(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn inline(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         let exists = self.role_exists(d).await?;
         for (name, doc) in &d.inline_policies {
             let current = if exists {
@@ -233,7 +237,7 @@ impl Run<'_> {
                 {
                     Ok(p) => Some(policy_document(p.policy_document())?),
                     Err(e) if code_of(&e) == Some("NoSuchEntity") => None,
-                    Err(e) => return Err(service_message("iam:GetRolePolicy", &e)),
+                    Err(e) => return Err(AwsCallError::from_sdk("iam:GetRolePolicy", &e).into()),
                 }
             } else {
                 None
@@ -249,13 +253,13 @@ impl Run<'_> {
                     .policy_document(doc.to_string())
                     .send()
                     .await
-                    .map_err(|e| service_message("iam:PutRolePolicy", &e))?;
+                    .map_err(|e| AwsCallError::from_sdk("iam:PutRolePolicy", &e))?;
             }
         }
         Ok(())
     }
 
-    async fn instance_profile(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn instance_profile(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         self.out.reads += 1;
         let roles: Vec<String> = match self
             .iam
@@ -275,11 +279,11 @@ impl Run<'_> {
                         .instance_profile_name(&d.instance_profile)
                         .send()
                         .await
-                        .map_err(|e| service_message("iam:CreateInstanceProfile", &e))?;
+                        .map_err(|e| AwsCallError::from_sdk("iam:CreateInstanceProfile", &e))?;
                 }
                 Vec::new()
             }
-            Err(e) => return Err(service_message("iam:GetInstanceProfile", &e)),
+            Err(e) => return Err(AwsCallError::from_sdk("iam:GetInstanceProfile", &e).into()),
         };
         if !roles.contains(&d.node_role)
             && self.write(
@@ -293,12 +297,12 @@ impl Run<'_> {
                 .role_name(&d.node_role)
                 .send()
                 .await
-                .map_err(|e| service_message("iam:AddRoleToInstanceProfile", &e))?;
+                .map_err(|e| AwsCallError::from_sdk("iam:AddRoleToInstanceProfile", &e))?;
         }
         Ok(())
     }
 
-    async fn policies(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn policies(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         for (name, doc, role) in &d.policies {
             self.out.reads += 1;
             let list = self
@@ -307,7 +311,7 @@ impl Run<'_> {
                 .scope(aws_sdk_iam::types::PolicyScopeType::Local)
                 .send()
                 .await
-                .map_err(|e| service_message("iam:ListPolicies", &e))?;
+                .map_err(|e| AwsCallError::from_sdk("iam:ListPolicies", &e))?;
             let found = list
                 .policies()
                 .iter()
@@ -328,7 +332,7 @@ impl Run<'_> {
                         .version_id(&version)
                         .send()
                         .await
-                        .map_err(|e| service_message("iam:GetPolicyVersion", &e))?;
+                        .map_err(|e| AwsCallError::from_sdk("iam:GetPolicyVersion", &e))?;
                     let current = v
                         .policy_version()
                         .and_then(|v| v.document())
@@ -344,7 +348,9 @@ impl Run<'_> {
                                 .set_as_default(true)
                                 .send()
                                 .await
-                                .map_err(|e| service_message("iam:CreatePolicyVersion", &e))?;
+                                .map_err(|e| {
+                                    AwsCallError::from_sdk("iam:CreatePolicyVersion", &e)
+                                })?;
                         }
                     } else {
                         self.out.unchanged.push(format!("policy {name}"));
@@ -360,7 +366,7 @@ impl Run<'_> {
                             .policy_document(doc.to_string())
                             .send()
                             .await
-                            .map_err(|e| service_message("iam:CreatePolicy", &e))?;
+                            .map_err(|e| AwsCallError::from_sdk("iam:CreatePolicy", &e))?;
                         created.policy().and_then(|p| p.arn()).map(str::to_owned)
                     } else {
                         None
@@ -376,7 +382,7 @@ impl Run<'_> {
                         .role_name(role)
                         .send()
                         .await
-                        .map_err(|e| service_message("iam:ListAttachedRolePolicies", &e))?
+                        .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?
                         .attached_policies()
                         .iter()
                         .filter_map(|p| p.policy_arn().map(str::to_owned))
@@ -394,14 +400,14 @@ impl Run<'_> {
                     .policy_arn(&target)
                     .send()
                     .await
-                    .map_err(|e| service_message("iam:AttachRolePolicy", &e))?;
+                    .map_err(|e| AwsCallError::from_sdk("iam:AttachRolePolicy", &e))?;
             }
         }
         Ok(())
     }
 
     /// IAM keeps at most five versions: delete the oldest non-default one before adding.
-    async fn new_version(&mut self, arn: &str) -> Result<(), String> {
+    async fn new_version(&mut self, arn: &str) -> Result<(), StepError> {
         self.out.reads += 1;
         let versions = self
             .iam
@@ -409,7 +415,7 @@ impl Run<'_> {
             .policy_arn(arn)
             .send()
             .await
-            .map_err(|e| service_message("iam:ListPolicyVersions", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("iam:ListPolicyVersions", &e))?;
         let list = versions.versions();
         if list.len() < 5 {
             return Ok(());
@@ -427,7 +433,7 @@ impl Run<'_> {
                 .version_id(oldest)
                 .send()
                 .await
-                .map_err(|e| service_message("iam:DeletePolicyVersion", &e))?;
+                .map_err(|e| AwsCallError::from_sdk("iam:DeletePolicyVersion", &e))?;
         }
         Ok(())
     }
@@ -440,7 +446,7 @@ impl Run<'_> {
         ids: &[String],
         discovery: &Option<(String, String)>,
         cluster: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         let mut ids: Vec<String> = ids.to_vec();
         if ids.is_empty()
             && let Some((key, value)) = discovery
@@ -469,16 +475,18 @@ impl Run<'_> {
                 )
                 .send()
                 .await
-                .map_err(|e| service_message("ec2:DescribeTags", &e))?;
+                .map_err(|e| AwsCallError::from_sdk("ec2:DescribeTags", &e))?;
             ids = found
                 .tags()
                 .iter()
                 .filter_map(|t| t.resource_id().map(str::to_owned))
                 .collect();
             if ids.is_empty() {
-                return Err(format!(
-                    "no {kind} carries the discovery tag {key}={value}: tag the ones Karpenter may use (iam/discovery.json)"
-                ));
+                return Err(StepError::NoDiscoveryTag {
+                    kind: kind.to_owned(),
+                    key: key.to_owned(),
+                    value: value.to_owned(),
+                });
             }
         }
         if ids.is_empty() {
@@ -503,7 +511,7 @@ impl Run<'_> {
             )
             .send()
             .await
-            .map_err(|e| service_message("ec2:DescribeTags", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeTags", &e))?;
         let tagged: BTreeSet<&str> = described
             .tags()
             .iter()
@@ -518,27 +526,37 @@ impl Run<'_> {
         if missing.is_empty() {
             return Ok(());
         }
-        if self.write(
-            "ec2:CreateTags",
-            format!("{} {key}=shared", missing.join(",")),
-        ) {
-            self.ec2
-                .create_tags()
-                .set_resources(Some(missing))
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key(&key)
-                        .value("shared")
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| service_message("ec2:CreateTags", &e))?;
+        self.create_tag(missing, &key, "shared").await
+    }
+
+    /// Tags `ids` with `key=value` (one `ec2:CreateTags`); nothing when `ids` is empty.
+    async fn create_tag(
+        &mut self,
+        ids: Vec<String>,
+        key: &str,
+        value: &str,
+    ) -> Result<(), StepError> {
+        if ids.is_empty()
+            || !self.write("ec2:CreateTags", format!("{} {key}={value}", ids.join(",")))
+        {
+            return Ok(());
         }
+        self.ec2
+            .create_tags()
+            .set_resources(Some(ids))
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(key)
+                    .value(value)
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|e| AwsCallError::from_sdk("ec2:CreateTags", &e))?;
         Ok(())
     }
 
-    async fn kubean_instances(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn kubean_instances(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         if d.kubean_instance_ips.is_empty() {
             return Ok(());
         }
@@ -563,7 +581,7 @@ impl Run<'_> {
             )
             .send()
             .await
-            .map_err(|e| service_message("ec2:DescribeInstances", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeInstances", &e))?;
         let mut found = BTreeSet::new();
         let mut missing = Vec::new();
         for i in out.reservations().iter().flat_map(|r| r.instances()) {
@@ -584,29 +602,10 @@ impl Run<'_> {
                 ));
             }
         }
-        if !missing.is_empty()
-            && self.write(
-                "ec2:CreateTags",
-                format!("{} {key}=owned", missing.join(",")),
-            )
-        {
-            self.ec2
-                .create_tags()
-                .set_resources(Some(missing))
-                .tags(
-                    aws_sdk_ec2::types::Tag::builder()
-                        .key(&key)
-                        .value("owned")
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| service_message("ec2:CreateTags", &e))?;
-        }
-        Ok(())
+        self.create_tag(missing, &key, "owned").await
     }
 
-    async fn api_port(&mut self, d: &AwsDesired) -> Result<(), String> {
+    async fn api_port(&mut self, d: &AwsDesired) -> Result<(), StepError> {
         // The node security groups: by ID, or found by their discovery tag.
         let mut nodes: BTreeSet<String> = d.security_group_ids.iter().cloned().collect();
         if let Some((key, value)) = &d.security_group_tag {
@@ -622,7 +621,7 @@ impl Run<'_> {
                 )
                 .send()
                 .await
-                .map_err(|e| service_message("ec2:DescribeSecurityGroups", &e))?;
+                .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
             nodes.extend(
                 out.security_groups()
                     .iter()
@@ -642,7 +641,7 @@ impl Run<'_> {
             .group_ids(&d.control_plane_security_group)
             .send()
             .await
-            .map_err(|e| service_message("ec2:DescribeSecurityGroups", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
         let admitted: BTreeSet<String> = cp
             .security_groups()
             .iter()
@@ -682,7 +681,7 @@ impl Run<'_> {
                     )
                     .send()
                     .await
-                    .map_err(|e| service_message("ec2:AuthorizeSecurityGroupIngress", &e))?;
+                    .map_err(|e| AwsCallError::from_sdk("ec2:AuthorizeSecurityGroupIngress", &e))?;
             }
         }
         Ok(())
@@ -732,21 +731,18 @@ pub async fn reconcile(
             8 => run.kubean_instances(desired).await,
             _ => run.api_port(desired).await,
         };
-        if let Err(message) = result {
+        if let Err(error) = result {
             // The refused write is not among the done ones.
             if !plan_only
-                && run
-                    .out
-                    .writes
-                    .last()
-                    .is_some_and(|w| message.starts_with(&w.call))
+                && let StepError::Aws(aws) = &error
+                && run.out.writes.last().is_some_and(|w| aws.call() == w.call)
             {
                 run.out.writes.pop();
             }
             return Err(AwsApplyError {
                 outcome: run.out,
                 failed: (*step).to_owned(),
-                message,
+                error,
                 not_attempted: STEPS[i + 1..].iter().map(|s| (*s).to_owned()).collect(),
             });
         }

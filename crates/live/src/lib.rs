@@ -9,6 +9,7 @@
 
 pub mod apply;
 pub mod aws_apply;
+pub mod aws_error;
 pub mod cahash;
 pub mod client;
 pub mod cluster_state;

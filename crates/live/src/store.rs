@@ -54,15 +54,18 @@ impl StoreKind {
     }
 }
 
+/// A store kind other than `ssm` and `secrets-manager`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown store {0:?} (expected ssm or secrets-manager)")]
+pub struct UnknownStoreKind(pub String);
+
 impl std::str::FromStr for StoreKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownStoreKind;
+    fn from_str(s: &str) -> Result<Self, UnknownStoreKind> {
         match s {
             "ssm" => Ok(StoreKind::Ssm),
             "secrets-manager" => Ok(StoreKind::SecretsManager),
-            other => Err(format!(
-                "unknown store {other:?} (expected ssm or secrets-manager)"
-            )),
+            other => Err(UnknownStoreKind(other.to_owned())),
         }
     }
 }
@@ -200,23 +203,53 @@ pub fn is_ca_cert_hash(text: &str) -> bool {
     })
 }
 
+/// An API server endpoint that kubeadm join would not take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("{0:?}: give host:port without a scheme (kubeadm join takes no https://)")]
+    Scheme(String),
+    #[error("{0:?}: expected host:port")]
+    NotHostPort(String),
+}
+
 /// `host:port` without a scheme (kubeadm refuses `https://`).
-pub fn validate_endpoint(text: &str) -> Result<(), String> {
+pub fn validate_endpoint(text: &str) -> Result<(), EndpointError> {
     if text.contains("://") {
-        return Err(format!(
-            "{text:?}: give host:port without a scheme (kubeadm join takes no https://)"
-        ));
+        return Err(EndpointError::Scheme(text.to_owned()));
     }
     let (host, port) = text
         .rsplit_once(':')
-        .ok_or_else(|| format!("{text:?}: expected host:port"))?;
+        .ok_or_else(|| EndpointError::NotHostPort(text.to_owned()))?;
     let host_ok = !host.is_empty()
         && !host
             .bytes()
             .any(|b| b.is_ascii_whitespace() || b == b'/' || b == b'=');
     match port.parse::<u16>() {
         Ok(p) if p > 0 && host_ok => Ok(()),
-        _ => Err(format!("{text:?}: expected host:port")),
+        _ => Err(EndpointError::NotHostPort(text.to_owned())),
+    }
+}
+
+/// Why a stored join configuration is unusable. Names keys, never values: they hold a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinConfigError {
+    #[error("line {line} is not KEY=value")]
+    NotKeyValue { line: usize },
+    #[error("{0} is not {expected}", expected = expected_form(.0))]
+    Invalid(&'static str),
+    #[error("no {0} line")]
+    Missing(&'static str),
+    #[error("KK_SUPERSEDED_TOKEN_ID and KK_SUPERSEDED_DELETE_AFTER go together")]
+    Superseded,
+}
+
+/// What a key's value must look like, for [`JoinConfigError::Invalid`].
+fn expected_form(key: &str) -> &'static str {
+    match key {
+        "KK_TOKEN" => "a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})",
+        "KK_CA_CERT_HASH" => "sha256:<64 hex digits>",
+        "KK_SUPERSEDED_TOKEN_ID" => "a token ID",
+        _ => "an RFC 3339 time",
     }
 }
 
@@ -244,7 +277,7 @@ impl JoinConfig {
     }
 
     /// Reads the store's value; errors name the key, never the value.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, JoinConfigError> {
         let (mut endpoint, mut tok, mut hash, mut exp) = (None, None, None, None);
         let (mut old_id, mut old_after) = (None, None);
         for (n, line) in text.lines().enumerate() {
@@ -253,19 +286,20 @@ impl JoinConfig {
                 continue;
             }
             let Some((key, value)) = line.split_once('=') else {
-                return Err(format!("line {} is not KEY=value", n + 1));
+                return Err(JoinConfigError::NotKeyValue { line: n + 1 });
             };
             match key.trim() {
                 "KK_API_SERVER_ENDPOINT" => endpoint = Some(value.trim().to_owned()),
                 "KK_TOKEN" => {
-                    tok = Some(BootstrapToken::parse(value).map_err(|_| {
-                        "KK_TOKEN is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})".to_owned()
-                    })?)
+                    tok = Some(
+                        BootstrapToken::parse(value)
+                            .map_err(|_| JoinConfigError::Invalid("KK_TOKEN"))?,
+                    )
                 }
                 "KK_CA_CERT_HASH" => {
                     let v = value.trim();
                     if !is_ca_cert_hash(v) {
-                        return Err("KK_CA_CERT_HASH is not sha256:<64 hex digits>".into());
+                        return Err(JoinConfigError::Invalid("KK_CA_CERT_HASH"));
                     }
                     hash = Some(v.to_owned());
                 }
@@ -274,19 +308,22 @@ impl JoinConfig {
                         value
                             .trim()
                             .parse::<Timestamp>()
-                            .map_err(|_| "KK_EXPIRATION is not an RFC 3339 time".to_owned())?,
+                            .map_err(|_| JoinConfigError::Invalid("KK_EXPIRATION"))?,
                     )
                 }
                 "KK_SUPERSEDED_TOKEN_ID" => {
                     let v = value.trim();
                     token::validate_id(v)
-                        .map_err(|_| "KK_SUPERSEDED_TOKEN_ID is not a token ID".to_owned())?;
+                        .map_err(|_| JoinConfigError::Invalid("KK_SUPERSEDED_TOKEN_ID"))?;
                     old_id = Some(v.to_owned());
                 }
                 "KK_SUPERSEDED_DELETE_AFTER" => {
-                    old_after = Some(value.trim().parse::<Timestamp>().map_err(|_| {
-                        "KK_SUPERSEDED_DELETE_AFTER is not an RFC 3339 time".to_owned()
-                    })?)
+                    old_after = Some(
+                        value
+                            .trim()
+                            .parse::<Timestamp>()
+                            .map_err(|_| JoinConfigError::Invalid("KK_SUPERSEDED_DELETE_AFTER"))?,
+                    )
                 }
                 // Later versions may add keys; the userData ignores them too.
                 _ => {}
@@ -294,16 +331,14 @@ impl JoinConfig {
         }
         Ok(JoinConfig {
             api_server_endpoint: endpoint,
-            token: tok.ok_or("no KK_TOKEN line")?,
-            ca_cert_hash: hash.ok_or("no KK_CA_CERT_HASH line")?,
-            expiration: exp.ok_or("no KK_EXPIRATION line")?,
+            token: tok.ok_or(JoinConfigError::Missing("KK_TOKEN"))?,
+            ca_cert_hash: hash.ok_or(JoinConfigError::Missing("KK_CA_CERT_HASH"))?,
+            expiration: exp.ok_or(JoinConfigError::Missing("KK_EXPIRATION"))?,
             superseded: match (old_id, old_after) {
                 (Some(id), Some(delete_after)) => Some(Superseded { id, delete_after }),
                 (None, None) => None,
                 _ => {
-                    return Err(
-                        "KK_SUPERSEDED_TOKEN_ID and KK_SUPERSEDED_DELETE_AFTER go together".into(),
-                    );
+                    return Err(JoinConfigError::Superseded);
                 }
             },
         })
@@ -451,7 +486,10 @@ impl JoinStore {
         };
         JoinConfig::parse(&text)
             .map(Some)
-            .map_err(|problem| StoreError::Malformed { store, problem })
+            .map_err(|e| StoreError::Malformed {
+                store,
+                problem: e.to_string(),
+            })
     }
 
     /// Writes the join configuration: SSM `PutParameter` (SecureString, overwrite) then the

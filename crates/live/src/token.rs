@@ -547,33 +547,53 @@ pub async fn delete_exact(client: &Client, info: &TokenInfo) -> Result<(), Token
     }
 }
 
+/// A duration flag that is not `24h`, `10m`, `6s`-style text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("{0:?}: expected a number (e.g. 24h, 10m, 6s)")]
+    NoNumber(String),
+    #[error("{0:?}: number too large")]
+    TooLarge(String),
+    #[error("{0:?}: missing unit (ms, s, m, h or d)")]
+    NoUnit(String),
+    #[error("{text:?}: unknown unit {unit:?}")]
+    UnknownUnit { text: String, unit: String },
+}
+
 /// Parses `24h`, `6s`, `1h30m`, `90m`, `500ms`, `7d` (Go/kubeadm style, plus `d`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
     if text.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return Err(format!("{text:?}: expected a number (e.g. 24h, 10m, 6s)"));
+            return Err(DurationError::NoNumber(text.to_owned()));
         }
         let (number, tail) = rest.split_at(digits);
         let unit_len = tail.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
         let (unit, tail) = tail.split_at(unit_len);
         let n: u64 = number
             .parse()
-            .map_err(|_| format!("{text:?}: number too large"))?;
+            .map_err(|_| DurationError::TooLarge(text.to_owned()))?;
         let part = match unit {
             "ms" => Duration::from_millis(n),
             "s" => Duration::from_secs(n),
             "m" => Duration::from_secs(n.saturating_mul(60)),
             "h" => Duration::from_secs(n.saturating_mul(3600)),
             "d" => Duration::from_secs(n.saturating_mul(86_400)),
-            "" => return Err(format!("{text:?}: missing unit (ms, s, m, h or d)")),
-            other => return Err(format!("{text:?}: unknown unit {other:?}")),
+            "" => return Err(DurationError::NoUnit(text.to_owned())),
+            other => {
+                return Err(DurationError::UnknownUnit {
+                    text: text.to_owned(),
+                    unit: other.to_owned(),
+                });
+            }
         };
         total = total.saturating_add(part);
         rest = tail;

@@ -130,7 +130,7 @@ impl ControllerConfig {
             return bad("empty --identity".into());
         }
         crate::store::validate_endpoint(&self.api_server_endpoint)
-            .map_err(ControllerError::Config)?;
+            .map_err(|e| ControllerError::Config(e.to_string()))?;
         if !crate::store::is_ca_cert_hash(&self.ca_cert_hash) {
             return bad("the CA cert hash is not sha256:<64 hex digits>".into());
         }

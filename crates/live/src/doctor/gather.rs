@@ -12,6 +12,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
 use super::Facts;
+use crate::aws_error::AwsCallError;
 use crate::store::{JoinConfig, JoinStore};
 use crate::token::{self, TokenInfo};
 
@@ -55,7 +56,28 @@ pub struct Rbac {
     pub roles: BTreeSet<String>,
 }
 
-type Read<T> = Result<T, String>;
+/// Why doctor could not read something: the checks that need it say so and are skipped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{what}: {detail}")]
+    Kube { what: String, detail: String },
+    #[error(transparent)]
+    Aws(#[from] AwsCallError),
+    #[error("{call}: no {thing}")]
+    Missing { call: String, thing: String },
+    #[error("no AWS configuration (region/credentials)")]
+    NoAwsConfig,
+    #[error(transparent)]
+    Policy(#[from] PolicyDocumentError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    CaHash(#[from] crate::cahash::CaHashError),
+    #[error(transparent)]
+    Token(#[from] crate::token::TokenError),
+}
+
+type Read<T> = Result<T, ReadError>;
 
 /// Everything the checks judge.
 #[derive(Debug)]
@@ -83,8 +105,11 @@ pub struct Snapshot {
     pub controller_policies: Option<Read<Vec<(String, Value)>>>,
 }
 
-fn kube_err(what: &str, e: kube::Error) -> String {
-    format!("{what}: {}", token::error_chain(&e))
+fn kube_err(what: &str, e: kube::Error) -> ReadError {
+    ReadError::Kube {
+        what: what.to_owned(),
+        detail: token::error_chain(&e),
+    }
 }
 
 fn dynamic(client: &Client, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
@@ -161,24 +186,6 @@ async fn rbac(client: &Client) -> Read<Rbac> {
     Ok(out)
 }
 
-/// One call's refusal, in words. Every `aws-sdk-*` crate re-exports the same smithy `SdkError`
-/// and `ProvideErrorMetadata`, so this one function serves EC2 and IAM alike.
-fn aws_err<
-    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::fmt::Debug + std::error::Error + 'static,
->(
-    call: &str,
-    e: &aws_sdk_ec2::error::SdkError<E>,
-) -> String {
-    match e.as_service_error() {
-        Some(s) => format!(
-            "{call}: {} ({})",
-            s.message().unwrap_or("refused"),
-            s.code().unwrap_or("error")
-        ),
-        None => format!("{call}: {}", crate::token::error_chain(e)),
-    }
-}
-
 async fn instances(
     ec2: &aws_sdk_ec2::Client,
     ids: &BTreeSet<String>,
@@ -202,7 +209,7 @@ async fn instances(
             .set_next_token(next.clone())
             .send()
             .await
-            .map_err(|e| aws_err("ec2:DescribeInstances", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeInstances", &e))?;
         for r in out_page.reservations() {
             for i in r.instances() {
                 let id = i.instance_id().unwrap_or_default().to_owned();
@@ -266,11 +273,14 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
         .group_ids(id)
         .send()
         .await
-        .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
+        .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
     out.security_groups()
         .first()
         .map(security_group)
-        .ok_or_else(|| format!("ec2:DescribeSecurityGroups: no security group {id}"))
+        .ok_or_else(|| ReadError::Missing {
+            call: "ec2:DescribeSecurityGroups".into(),
+            thing: format!("security group {id}"),
+        })
 }
 
 async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<SecurityGroup>> {
@@ -281,7 +291,7 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             .set_group_ids(Some(facts.node_security_group_ids.clone()))
             .send()
             .await
-            .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
         found.extend(out.security_groups().iter().map(security_group));
     }
     if let Some((key, value)) = &facts.node_security_group_tag {
@@ -295,14 +305,23 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             )
             .send()
             .await
-            .map_err(|e| aws_err("ec2:DescribeSecurityGroups", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
         found.extend(out.security_groups().iter().map(security_group));
     }
     Ok(found)
 }
 
+/// A policy document that is neither JSON nor URL-encoded JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyDocumentError {
+    #[error("a bad %-escape at byte {at}")]
+    BadEscape { at: usize },
+    #[error("not a JSON policy document: {0}")]
+    NotJson(String),
+}
+
 /// IAM returns policy documents URL-encoded (RFC 3986); some emulators return plain JSON.
-pub fn policy_document(text: &str) -> Result<Value, String> {
+pub fn policy_document(text: &str) -> Result<Value, PolicyDocumentError> {
     if let Ok(v) = serde_json::from_str(text) {
         return Ok(v);
     }
@@ -312,8 +331,11 @@ pub fn policy_document(text: &str) -> Result<Value, String> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).map_err(|e| e.to_string())?;
-                out.push(u8::from_str_radix(hex, 16).map_err(|e| e.to_string())?);
+                let escape = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                    .ok_or(PolicyDocumentError::BadEscape { at: i })?;
+                out.push(escape);
                 i += 3;
             }
             b'+' => {
@@ -326,7 +348,7 @@ pub fn policy_document(text: &str) -> Result<Value, String> {
             }
         }
     }
-    serde_json::from_slice(&out).map_err(|e| format!("not a JSON policy document: {e}"))
+    serde_json::from_slice(&out).map_err(|e| PolicyDocumentError::NotJson(e.to_string()))
 }
 
 /// The role's inline and attached (default version) policies, by name.
@@ -337,7 +359,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
         .role_name(role)
         .send()
         .await
-        .map_err(|e| aws_err("iam:ListRolePolicies", &e))?;
+        .map_err(|e| AwsCallError::from_sdk("iam:ListRolePolicies", &e))?;
     for name in inline.policy_names() {
         let p = iam
             .get_role_policy()
@@ -345,7 +367,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .policy_name(name)
             .send()
             .await
-            .map_err(|e| aws_err("iam:GetRolePolicy", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("iam:GetRolePolicy", &e))?;
         out.push((
             format!("{role}/{name}"),
             policy_document(p.policy_document())?,
@@ -356,7 +378,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
         .role_name(role)
         .send()
         .await
-        .map_err(|e| aws_err("iam:ListAttachedRolePolicies", &e))?;
+        .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?;
     for a in attached.attached_policies() {
         let arn = a.policy_arn().unwrap_or_default();
         let policy = iam
@@ -364,7 +386,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .policy_arn(arn)
             .send()
             .await
-            .map_err(|e| aws_err("iam:GetPolicy", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("iam:GetPolicy", &e))?;
         let version = policy
             .policy()
             .and_then(|p| p.default_version_id())
@@ -376,11 +398,14 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
             .version_id(&version)
             .send()
             .await
-            .map_err(|e| aws_err("iam:GetPolicyVersion", &e))?;
+            .map_err(|e| AwsCallError::from_sdk("iam:GetPolicyVersion", &e))?;
         let doc = v
             .policy_version()
             .and_then(|v| v.document())
-            .ok_or_else(|| format!("iam:GetPolicyVersion {arn}: no document"))?;
+            .ok_or_else(|| ReadError::Missing {
+                call: format!("iam:GetPolicyVersion {arn}"),
+                thing: "document".into(),
+            })?;
         out.push((arn.to_owned(), policy_document(doc)?));
     }
     Ok(out)
@@ -421,11 +446,11 @@ pub async fn gather(
     let store = match &facts.store {
         None => None,
         Some((kind, name)) => Some(match aws {
-            None => Err("no AWS configuration (region/credentials)".to_owned()),
+            None => Err(ReadError::NoAwsConfig),
             Some(sdk) => JoinStore::new(*kind, name, &facts.cluster, sdk)
                 .read()
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(ReadError::from),
         }),
     };
     let (mut instances_read, mut cp_sg, mut node_sg, mut policies) = (None, None, None, None);
@@ -478,8 +503,8 @@ pub async fn gather(
         cluster_info: cluster_info.map_err(|e| kube_err("get kube-public/cluster-info", e)),
         ccm_config: ccm_config
             .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
-        cluster_ca_hash: ca_hash.map_err(|e| e.to_string()),
-        tokens: tokens.map_err(|e| e.to_string()),
+        cluster_ca_hash: ca_hash.map_err(ReadError::from),
+        tokens: tokens.map_err(ReadError::from),
         rbac,
         store,
         instances: instances_read,

@@ -3,6 +3,34 @@
 //! NodePool disruption budgets (`spec.disruption.budgets[].schedule`, evaluated in UTC as
 //! Karpenter does with `TZ=UTC` and robfig/cron's standard parser).
 
+/// Text that is not a time, a duration or a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClockError {
+    #[error("{0:?} is not an RFC 3339 time (2026-01-02T03:04:05Z)")]
+    Time(String),
+    #[error("{0:?} is not a duration (e.g. 30s, 15m, 2h, 720h, 1h30m)")]
+    Duration(String),
+    #[error("{0:?}: a schedule has 5 fields (minute hour day-of-month month day-of-week)")]
+    ScheduleFields(String),
+    #[error("{schedule:?}: {field}: {problem}")]
+    ScheduleField {
+        schedule: String,
+        field: &'static str,
+        problem: FieldProblem,
+    },
+}
+
+/// What is wrong with one field of a cron schedule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("bad step {0:?}")]
+    BadStep(String),
+    #[error("{part:?} is out of range {lo}-{hi}")]
+    OutOfRange { part: String, lo: u32, hi: u32 },
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date.
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -28,13 +56,13 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// `2026-01-02T03:04:05Z` (fractions and `+HH:MM` offsets accepted) → Unix seconds.
-pub fn parse_time(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not an RFC 3339 time (2026-01-02T03:04:05Z)");
+pub fn parse_time(text: &str) -> Result<i64, ClockError> {
+    let bad = || ClockError::Time(text.to_owned());
     let b = text.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return Err(bad());
     }
-    let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
+    let num = |r: std::ops::Range<usize>| -> Result<i64, ClockError> {
         let s = text.get(r).ok_or_else(bad)?;
         if !s.bytes().all(|c| c.is_ascii_digit()) {
             return Err(bad());
@@ -84,8 +112,8 @@ pub fn format_time(t: i64) -> String {
 
 /// A Go duration (`720h`, `2h30m`, `90s`, `1.5h`, `0s`) → whole seconds (sub-second parts are
 /// dropped; no NodePool setting uses them).
-pub fn parse_duration(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a duration (e.g. 30s, 15m, 2h, 720h, 1h30m)");
+pub fn parse_duration(text: &str) -> Result<i64, ClockError> {
+    let bad = || ClockError::Duration(text.to_owned());
     let t = text.trim();
     if t == "0" {
         return Ok(0);
@@ -176,21 +204,30 @@ const MONTHS: [&str; 12] = [
 ];
 const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
-fn field(text: &str, lo: u32, hi: u32, names: &[&str], base: u32) -> Result<(u64, bool), String> {
+fn field(
+    text: &str,
+    lo: u32,
+    hi: u32,
+    names: &[&str],
+    base: u32,
+) -> Result<(u64, bool), FieldProblem> {
     let mut bits = 0u64;
     let mut star = false;
-    let value = |s: &str| -> Result<u32, String> {
+    let value = |s: &str| -> Result<u32, FieldProblem> {
         if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
             return Ok(i as u32 + base);
         }
         s.parse::<u32>()
-            .map_err(|_| format!("{s:?} is not a number"))
+            .map_err(|_| FieldProblem::NotANumber(s.to_owned()))
     };
     for part in text.split(',') {
         let (range, step) = match part.split_once('/') {
             Some((r, s)) => (
                 r,
-                Some(s.parse::<u32>().map_err(|_| format!("bad step {s:?}"))?),
+                Some(
+                    s.parse::<u32>()
+                        .map_err(|_| FieldProblem::BadStep(s.to_owned()))?,
+                ),
             ),
             None => (part, None),
         };
@@ -207,7 +244,11 @@ fn field(text: &str, lo: u32, hi: u32, names: &[&str], base: u32) -> Result<(u64
         };
         let step = step.unwrap_or(1);
         if a < lo || b > hi || a > b || step == 0 {
-            return Err(format!("{part:?} is out of range {lo}-{hi}"));
+            return Err(FieldProblem::OutOfRange {
+                part: part.to_owned(),
+                lo,
+                hi,
+            });
         }
         let mut v = a;
         while v <= b {
@@ -221,7 +262,7 @@ fn field(text: &str, lo: u32, hi: u32, names: &[&str], base: u32) -> Result<(u64
 impl Cron {
     /// A schedule as NodePool budgets allow: five fields, or `@yearly`, `@annually`, `@monthly`,
     /// `@weekly`, `@daily`, `@midnight`, `@hourly`.
-    pub fn parse(text: &str) -> Result<Cron, String> {
+    pub fn parse(text: &str) -> Result<Cron, ClockError> {
         let expanded = match text.trim() {
             "@yearly" | "@annually" => "0 0 1 1 *",
             "@monthly" => "0 0 1 * *",
@@ -232,12 +273,15 @@ impl Cron {
         };
         let parts: Vec<&str> = expanded.split_whitespace().collect();
         let [mi, h, dom, mo, dow] = parts.as_slice() else {
-            return Err(format!(
-                "{text:?}: a schedule has 5 fields (minute hour day-of-month month day-of-week)"
-            ));
+            return Err(ClockError::ScheduleFields(text.to_owned()));
         };
-        let e =
-            |f: &str, r: Result<(u64, bool), String>| r.map_err(|m| format!("{text:?}: {f}: {m}"));
+        let e = |field: &'static str, r: Result<(u64, bool), FieldProblem>| {
+            r.map_err(|problem| ClockError::ScheduleField {
+                schedule: text.to_owned(),
+                field,
+                problem,
+            })
+        };
         let (minute, _) = e("minute", field(mi, 0, 59, &[], 0))?;
         let (hour, _) = e("hour", field(h, 0, 23, &[], 0))?;
         let (dom, dom_star) = e("day of month", field(dom, 1, 31, &[], 1))?;

@@ -22,13 +22,21 @@ pub use state::{ClusterState, load};
 /// The annotation that blocks voluntary disruption of a node or of a pod's node.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 
+/// Why a simulation could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DisruptError {
+    /// `--explain` named a node the state does not hold.
+    #[error("node {0} is not among the inputs")]
+    UnknownNode(String),
+}
+
 /// Runs the disruption controller over `state` at `opts.now` until no method has a command.
-pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, String> {
+pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError> {
     if let Some(node) = &opts.explain
         && !state.nodes.contains_key(node)
         && !state.input.nodes.iter().any(|n| &n.name == node)
     {
-        return Err(format!("node {node} is not among the inputs"));
+        return Err(DisruptError::UnknownNode(node.clone()));
     }
     let nodes_before = state.input.nodes.len();
     let mut e = engine::Engine::new(state, opts);

@@ -8,6 +8,7 @@ use super::clock::parse_time;
 use super::engine::Options;
 use super::state::{ClusterState, load};
 use crate::input::{LoadOptions, SourceFile};
+use crate::scenario::ScenarioError;
 
 fn with_kind(v: &Value, kind: &str) -> Value {
     let api = match kind {
@@ -25,8 +26,8 @@ fn with_kind(v: &Value, kind: &str) -> Value {
 }
 
 /// A disruption scenario → (state, options for one pass with its candidates recorded).
-pub fn read(v: &Value) -> Result<(ClusterState, Options), String> {
-    let catalog = crate::scenario::catalog(v).map_err(|e| e.to_string())?;
+pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
+    let catalog = crate::scenario::catalog(v)?;
     let arr = |k: &str| {
         v.get(k)
             .and_then(Value::as_array)
@@ -80,16 +81,13 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), String> {
             SourceFile::new(format!("scenario.json#{i}"), text)
         })
         .collect();
-    let state = load(&files, &LoadOptions::default(), Some(catalog)).map_err(|errs| {
-        errs.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+    let state =
+        load(&files, &LoadOptions::default(), Some(catalog)).map_err(ScenarioError::Load)?;
     let d = v
         .get("disruption")
-        .ok_or("scenario has no \"disruption\" section")?;
-    let now = parse_time(d.get("now").and_then(Value::as_str).unwrap_or_default())?;
+        .ok_or_else(|| ScenarioError::Invalid("scenario has no \"disruption\" section".into()))?;
+    let now = parse_time(d.get("now").and_then(Value::as_str).unwrap_or_default())
+        .map_err(|e| ScenarioError::Invalid(format!("disruption.now: {e}")))?;
     let opts = Options {
         now,
         spot_to_spot: d

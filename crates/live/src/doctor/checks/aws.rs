@@ -18,7 +18,7 @@ pub(super) fn pass_role(s: &Snapshot, f: &Facts) -> Check {
             format!("role {} (live)", f.controller_role.as_deref().unwrap_or("")),
             p.clone(),
         ),
-        Some(Err(e)) => return c.skip(e.clone()),
+        Some(Err(e)) => return c.skip(e.to_string()),
         None => match &f.rendered_controller_policy {
             Some(p) => (
                 "iam/controller-policy.json (rendered; pass --controller-role to read the live one)"
@@ -77,7 +77,7 @@ pub(super) fn api_port(s: &Snapshot, f: &Facts) -> Check {
         Err(e) => {
             c.worse(
                 Status::Fail,
-                e.clone(),
+                e.to_string(),
                 "set aws.controlPlaneSecurityGroupID to the control-plane instances' group",
             );
             return c;
@@ -85,7 +85,7 @@ pub(super) fn api_port(s: &Snapshot, f: &Facts) -> Check {
     };
     let node_ids: Vec<String> = match nodes {
         Ok(g) => g.iter().map(|g| g.id.clone()).collect(),
-        Err(e) => return c.skip(e.clone()),
+        Err(e) => return c.skip(e.to_string()),
     };
     let port = f.api_port;
     let by_group = cp.ingress.iter().filter(|r| admits(r, port)).find_map(|r| {

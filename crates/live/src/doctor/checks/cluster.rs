@@ -19,7 +19,7 @@ pub(super) fn apiserver(s: &Snapshot) -> Check {
             let mut c = c;
             c.worse(
                 Status::Fail,
-                e.clone(),
+                e.to_string(),
                 "check the kubeconfig/context and that this machine reaches the API server",
             );
             c

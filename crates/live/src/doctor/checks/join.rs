@@ -34,7 +34,7 @@ pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
     match read {
         Err(e) => c.worse(
             Status::Fail,
-            e.clone(),
+            e.to_string(),
             "give doctor's identity read access to the store (doctor --permissions) and check the region",
         ),
         Ok(None) => c.worse(
@@ -148,7 +148,7 @@ pub(super) fn cluster_info_jws(s: &Snapshot, f: &Facts) -> Check {
         return c.skip("no join token to check (see join-store)");
     };
     match &s.cluster_info {
-        Err(e) => c.skip(e.clone()),
+        Err(e) => c.skip(e.to_string()),
         Ok(None) => {
             c.worse(
                 Status::Fail,

@@ -126,7 +126,7 @@ pub(super) fn ccm_initializes(s: &Snapshot, f: &Facts) -> Check {
             "no ConfigMap kube-system/aws-cloud-controller-manager-config (the CCM was not installed from the bundle)".into(),
             "apply cloud/aws-cloud-controller-manager.yaml (ORDER.md step 2)",
         ),
-        Err(e) => c.worse(Status::Warn, e.clone(), "grant doctor get on configmaps in kube-system"),
+        Err(e) => c.worse(Status::Warn, e.to_string(), "grant doctor get on configmaps in kube-system"),
     }
     let Ok(nodes) = &s.nodes else {
         return c;
@@ -164,7 +164,7 @@ pub(super) fn cluster_id_tag(s: &Snapshot, f: &Facts) -> Check {
     };
     let found = match found {
         Ok(f) => f,
-        Err(e) => return c.skip(e.clone()),
+        Err(e) => return c.skip(e.to_string()),
     };
     let Ok(nodes) = &s.nodes else {
         return c.skip("Nodes could not be listed");

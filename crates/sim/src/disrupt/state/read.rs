@@ -49,7 +49,7 @@ impl Reader<'_> {
                 Some(t)
             }
             Err(e) => {
-                self.err(field, e);
+                self.err(field, e.to_string());
                 None
             }
         }
@@ -68,7 +68,7 @@ impl Reader<'_> {
                 None
             }
             Err(e) => {
-                self.err(field, e);
+                self.err(field, e.to_string());
                 None
             }
         }
@@ -160,11 +160,21 @@ fn selector(r: &mut Reader, v: Option<&Value>, field: &str) -> Option<LabelSelec
     Some(s)
 }
 
+/// `metadata.name`; an object without one is not read.
+fn object_name(v: &Value) -> Option<String> {
+    Some(v.pointer("/metadata/name")?.as_str()?.to_owned())
+}
+
+/// `metadata.namespace`, `default` when absent (as kubectl applies it).
+fn object_namespace(v: &Value) -> String {
+    v.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default")
+        .to_owned()
+}
+
 fn read_pool(r: &mut Reader, v: &Value) -> Option<PoolSettings> {
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)?
-        .to_owned();
+    let name = object_name(v)?;
     let policy = match ptr(v, "spec.disruption.consolidationPolicy").and_then(Value::as_str) {
         None | Some("WhenEmptyOrUnderutilized") => Policy::WhenEmptyOrUnderutilized,
         Some("WhenEmpty") => Policy::WhenEmpty,
@@ -246,11 +256,11 @@ fn read_pool(r: &mut Reader, v: &Value) -> Option<PoolSettings> {
                         match (cron, dur) {
                             (Ok(c), Ok(d)) => Some((c, d)),
                             (Err(e), _) => {
-                                r.err(&format!("{f}.schedule"), e);
+                                r.err(&format!("{f}.schedule"), e.to_string());
                                 continue;
                             }
                             (_, Err(e)) => {
-                                r.err(&format!("{f}.duration"), e);
+                                r.err(&format!("{f}.duration"), e.to_string());
                                 continue;
                             }
                         }
@@ -280,15 +290,7 @@ fn read_pool(r: &mut Reader, v: &Value) -> Option<PoolSettings> {
 }
 
 fn read_pod(r: &mut Reader, v: &Value) -> Option<PodInfo> {
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)?
-        .to_owned();
-    let namespace = v
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
+    let (name, namespace) = (object_name(v)?, object_namespace(v));
     let annotations = string_map(v.pointer("/metadata/annotations"));
     let deletion_cost = match annotations.get("controller.kubernetes.io/pod-deletion-cost") {
         Some(c) => match c.parse::<f64>() {
@@ -367,15 +369,7 @@ fn int_or_percent(v: Option<&Value>) -> IntOrPercent {
 type IntOrPercent = Option<(i64, bool)>;
 
 fn read_pdb(r: &mut Reader, v: &Value) -> Option<(Pdb, IntOrPercent, IntOrPercent)> {
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)?
-        .to_owned();
-    let namespace = v
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default")
-        .to_owned();
+    let (name, namespace) = (object_name(v)?, object_namespace(v));
     let sel = selector(r, v.pointer("/spec/selector"), "spec.selector");
     let min = int_or_percent(v.pointer("/spec/minAvailable"));
     let max = int_or_percent(v.pointer("/spec/maxUnavailable"));
@@ -417,10 +411,7 @@ struct Claim {
 }
 
 fn read_claim(r: &mut Reader, v: &Value) -> Option<Claim> {
-    let name = v
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)?
-        .to_owned();
+    let name = object_name(v)?;
     let mut initialized_at = None;
     let mut drifted_at = None;
     for (i, c) in conditions(v).into_iter().enumerate() {
