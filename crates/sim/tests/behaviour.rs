@@ -157,3 +157,35 @@ spec:
     let p = plan(pools, gpu);
     assert!(p.node_claims[0].instance_type.starts_with("g6."));
 }
+
+/// A Node whose kubelet has not reported status yet (a live cluster has them while nodes join)
+/// is read with a warning and advertises nothing, as in Karpenter's cluster state: the pod gets
+/// a NodeClaim instead of the node.
+#[test]
+fn a_node_without_status_is_read_with_a_warning_and_holds_nothing() {
+    let nodes = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: joining
+  labels: {kubernetes.io/arch: amd64, topology.kubernetes.io/zone: us-east-1a}
+"#;
+    let input = load(
+        &[SourceFile::new("pools.yaml", POOLS)],
+        &[SourceFile::new("work.yaml", pod("p", ""))],
+        &[SourceFile::new("nodes.yaml", nodes)],
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{}", e[0]));
+    assert!(
+        input
+            .warnings
+            .iter()
+            .any(|w| w.contains("nodes.yaml: Node joining reports no status.allocatable")),
+        "{:?}",
+        input.warnings
+    );
+    let plan = solve(&input);
+    assert!(plan.existing_nodes.iter().all(|n| n.pods.is_empty()), "{plan:?}");
+    assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+}

@@ -138,7 +138,7 @@ pub fn load_with_catalog(
                             classes.insert(name, o);
                         }
                     }
-                    "Node" => nodes.extend(nodes::read_node(&mut ctx, &prefix, value)),
+                    "Node" => nodes.extend(nodes::read_node(&mut ctx, &prefix, value, &mut warnings)),
                     "Deployment" | "StatefulSet" | "ReplicaSet" | "Job" | "Pod" | "DaemonSet" => {
                         workloads.extend(workloads::read_workload(&mut ctx, &prefix, value, &mut warnings));
                     }

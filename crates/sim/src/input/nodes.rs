@@ -10,7 +10,12 @@ use super::read::{Ctx, join, quantity, taint};
 use crate::labels;
 use crate::model::Node;
 
-pub(super) fn read_node(ctx: &mut Ctx, prefix: &str, value: Value) -> Option<Node> {
+pub(super) fn read_node(
+    ctx: &mut Ctx,
+    prefix: &str,
+    value: Value,
+    warnings: &mut Vec<String>,
+) -> Option<Node> {
     let node: core::Node = ctx.typed(value)?;
     let name = node.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
@@ -49,11 +54,12 @@ pub(super) fn read_node(ctx: &mut Ctx, prefix: &str, value: Value) -> Option<Nod
     let mut allocatable = read("allocatable", status.and_then(|s| s.allocatable.as_ref()));
     let mut capacity = read("capacity", status.and_then(|s| s.capacity.as_ref()));
     if allocatable.is_empty() && capacity.is_empty() {
-        ctx.err(
-            &join(prefix, "status"),
-            "an existing node needs status.allocatable (or status.capacity): what it advertises",
-        );
-        return None;
+        // A Node whose kubelet has not reported yet (a live cluster has them while nodes join):
+        // Karpenter's cluster state gives it no allocatable, so nothing is placed on it.
+        warnings.push(format!(
+            "{}: Node {name} reports no status.allocatable or status.capacity yet: taken as advertising nothing",
+            ctx.file
+        ));
     }
     if allocatable.is_empty() {
         allocatable = capacity.clone();
