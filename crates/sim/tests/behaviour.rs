@@ -186,6 +186,9 @@ metadata:
         input.warnings
     );
     let plan = solve(&input);
-    assert!(plan.existing_nodes.iter().all(|n| n.pods.is_empty()), "{plan:?}");
+    assert!(
+        plan.existing_nodes.iter().all(|n| n.pods.is_empty()),
+        "{plan:?}"
+    );
     assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
 }
