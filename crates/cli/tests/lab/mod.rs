@@ -35,6 +35,14 @@ try:
 except sm.exceptions.ResourceNotFoundException:
     pass";
 
+const TERMINATE_LEAKED: &str = "ids = [i['InstanceId']
+       for page in ec2.get_paginator('describe_instances').paginate(
+           Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']},
+                    {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])
+       for r in page['Reservations'] for i in r['Instances']]
+if ids:
+    ec2.terminate_instances(InstanceIds=ids)";
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -457,6 +465,21 @@ impl Lab {
             );
             std::thread::sleep(Duration::from_secs(1));
         }
+        // With no NodeClaim left, a Karpenter instance still running is a leak that Karpenter's
+        // garbage collection would take minutes to find: terminate it as that would.
+        self.aws(TERMINATE_LEAKED);
+        // The node runner halts a terminated instance on its next poll; until then its kubelet
+        // runs and would register its Node again after the delete below, so the next test
+        // would find capacity it did not create. Each booted instance is a `kkn-` namespace.
+        while booted_instances() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "reset: the node runner still runs {} instance(s) after 180s\n{}",
+                booted_instances(),
+                self.diagnose()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
         // before the CCM notices; remove them so the next test starts clean.
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -466,6 +489,19 @@ impl Lab {
         self.aws(DELETE_STORES);
         self.phases.clear();
     }
+}
+
+/// How many instances the lab's node runner has booted and not yet halted (its network
+/// namespaces, `kkn-<hash>`).
+fn booted_instances() -> usize {
+    let out = Command::new("ip").args(["netns", "list"]).output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("kkn-"))
+            .count()
+    })
+    .unwrap_or(0)
 }
 
 /// Rewrites one key of the join configuration in the SSM store (what a stale or broken
