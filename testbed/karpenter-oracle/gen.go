@@ -3,6 +3,11 @@ package main
 // Seeded scenario generator. Scenario i of seed S depends only on (S, i), so
 // `--count 500` is a prefix of `--count 1000`. Uses math/rand's frozen
 // Go 1 source (rand.NewSource), so the output is stable across Go versions.
+//
+// Over 700 lines on purpose: a scenario is one sequence of draws from one stream
+// (instance types, pools, DaemonSets, workloads, existing nodes, in that order), and
+// a seed's output depends on that order; kept in one file so the order reads top to
+// bottom. The --extended draws use their own stream (extendPools, extras).
 
 import (
 	"bytes"
