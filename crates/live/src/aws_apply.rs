@@ -178,34 +178,45 @@ impl Run<'_> {
     }
 
     async fn managed(&mut self, d: &AwsDesired) -> Result<(), StepError> {
-        let attached: BTreeSet<String> = if self.role_exists(d).await? {
-            self.out.reads += 1;
-            self.iam
-                .list_attached_role_policies()
-                .role_name(&d.node_role)
-                .send()
-                .await
-                .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?
-                .attached_policies()
-                .iter()
-                .filter_map(|p| p.policy_arn().map(str::to_owned))
-                .collect()
+        let attached = if self.role_exists(d).await? {
+            self.attached_policies(&d.node_role).await?
         } else {
             BTreeSet::new()
         };
         for arn in &d.managed_policy_arns {
-            if attached.contains(arn) {
-                continue;
+            if !attached.contains(arn) {
+                self.attach(&d.node_role, arn).await?;
             }
-            if self.write("iam:AttachRolePolicy", format!("{} {arn}", d.node_role)) {
-                self.iam
-                    .attach_role_policy()
-                    .role_name(&d.node_role)
-                    .policy_arn(arn)
-                    .send()
-                    .await
-                    .map_err(|e| AwsCallError::from_sdk("iam:AttachRolePolicy", &e))?;
-            }
+        }
+        Ok(())
+    }
+
+    /// The ARNs of the policies attached to `role` (one `iam:ListAttachedRolePolicies`).
+    async fn attached_policies(&mut self, role: &str) -> Result<BTreeSet<String>, StepError> {
+        self.out.reads += 1;
+        Ok(self
+            .iam
+            .list_attached_role_policies()
+            .role_name(role)
+            .send()
+            .await
+            .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn().map(str::to_owned))
+            .collect())
+    }
+
+    /// Attaches the policy `arn` to `role` (one `iam:AttachRolePolicy`, recorded as a write).
+    async fn attach(&mut self, role: &str, arn: &str) -> Result<(), StepError> {
+        if self.write("iam:AttachRolePolicy", format!("{role} {arn}")) {
+            self.iam
+                .attach_role_policy()
+                .role_name(role)
+                .policy_arn(arn)
+                .send()
+                .await
+                .map_err(|e| AwsCallError::from_sdk("iam:AttachRolePolicy", &e))?;
         }
         Ok(())
     }
@@ -374,33 +385,13 @@ impl Run<'_> {
                 }
             };
             let Some(role) = role else { continue };
-            let attached: Vec<String> = match &arn {
-                Some(_) => {
-                    self.out.reads += 1;
-                    self.iam
-                        .list_attached_role_policies()
-                        .role_name(role)
-                        .send()
-                        .await
-                        .map_err(|e| AwsCallError::from_sdk("iam:ListAttachedRolePolicies", &e))?
-                        .attached_policies()
-                        .iter()
-                        .filter_map(|p| p.policy_arn().map(str::to_owned))
-                        .collect()
-                }
-                None => Vec::new(),
+            let attached = match &arn {
+                Some(_) => self.attached_policies(role).await?,
+                None => BTreeSet::new(),
             };
             let target = arn.clone().unwrap_or_else(|| name.clone());
-            if !attached.contains(&target)
-                && self.write("iam:AttachRolePolicy", format!("{role} {target}"))
-            {
-                self.iam
-                    .attach_role_policy()
-                    .role_name(role)
-                    .policy_arn(&target)
-                    .send()
-                    .await
-                    .map_err(|e| AwsCallError::from_sdk("iam:AttachRolePolicy", &e))?;
+            if !attached.contains(&target) {
+                self.attach(role, &target).await?;
             }
         }
         Ok(())
