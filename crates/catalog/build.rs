@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The label keys, shared with the library (which re-exports them from `kk-karpenter`).
-#[path = "../karpenter-rules/src/labels.rs"]
+#[path = "../karpenter/src/labels.rs"]
 #[allow(dead_code)]
 mod labels;
 
@@ -33,7 +33,7 @@ const SOURCE_FILE: &str = "data/ec2/SOURCE.txt";
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../karpenter-rules/src/labels.rs");
+    println!("cargo:rerun-if-changed=../karpenter/src/labels.rs");
     println!("cargo:rerun-if-env-changed=KK_SHARED_DIR");
     let shared = match std::env::var_os("KK_SHARED_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),

@@ -65,13 +65,20 @@ class Runner:
         roles = self.iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
         return roles[0]["RoleName"] if roles else ""
 
+    def tagged_profile(self, image_id: str) -> str | None:
+        """An image made after the lab started (a test's CopyImage: a new release of a lab AMI)
+        names its profile in its `kk-lab-profile` tag."""
+        images = self.ec2.describe_images(ImageIds=[image_id]).get("Images", [])
+        tags = {t["Key"]: t["Value"] for t in (images[0].get("Tags") or [])} if images else {}
+        return tags.get("kk-lab-profile")
+
     def boot(self, inst: dict) -> None:
         iid = inst["InstanceId"]
         node = os.path.join(self.args.state, "nodes", iid)
         os.makedirs(node, exist_ok=True)
         attr = self.ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
         user_data = base64.b64decode(attr.get("UserData", {}).get("Value", "") or "").decode()
-        profile = self.profiles.get(inst["ImageId"])
+        profile = self.profiles.get(inst["ImageId"]) or self.tagged_profile(inst["ImageId"])
         meta = inst.get("MetadataOptions") or {}
         info = {
             "instanceId": iid,

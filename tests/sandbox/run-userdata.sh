@@ -14,8 +14,10 @@
 #     OUTDIR/console.log. Both mounts vanish with the namespace.
 #   * processes: a new PID namespace (unshare --pid --fork --mount-proc); when the run ends,
 #     everything it started (the fake IMDS included) is killed by the kernel.
+#     /var/lib is an overlay and /mnt a tmpfs of the namespace too (the local-NVMe userData
+#     writes there); their writes are discarded.
 #   * commands: PATH starts with fakebin/ (kubeadm, systemctl, nvidia-smi, nvidia-ctk,
-#     nvidia-container-runtime, crictl, aws), whose fakes log their argv as one JSON array per line to
+#     nvidia-container-runtime, crictl, aws, lsblk, mdadm, mkfs.xfs, mkfs.ext4, mount), whose fakes log their argv as one JSON array per line to
 #     OUTDIR/calls.log. curl, date and bash are the real ones.
 #
 # Knobs (environment; every FAKE_* variable is passed to the script's environment too):
@@ -30,6 +32,8 @@
 #   FAKE_FAST_SLEEP=1        fakebin-fast/ first on PATH: `sleep` returns at once (negative
 #                            tests of retry loops only)
 #   FAKE_INSTANCE_ID, FAKE_AZ  what the fake IMDS serves (i-0123456789abcdef0, us-east-1b)
+#   FAKE_INSTANCE_STORE="nvme1n1 ..."  instance-store NVMe disks the fake lsblk lists (none)
+#   FAKE_MDADM_RC=N          exit status of the fake mdadm (0)
 #   FAKE_CONTAINERD_STOPPED=1  containerd is not running at boot (default: running, runc; see
 #                            lib/containerd.sh for how systemctl, nvidia-ctk and crictl share it)
 #   SANDBOX_TIMEOUT=S        kill the script after S seconds (60; exit 124)
@@ -151,6 +155,22 @@ hide_command() {
   done
 }
 
+# The local-NVMe userData creates and copies into /var/lib/kubelet, /var/lib/containerd and
+# /mnt/kubean-local: /var/lib becomes an overlay and /mnt a tmpfs, both in this namespace only.
+setup_var_lib() {
+  case "$OUT/" in
+    /var/lib/* | /mnt/*) setup_fail "OUTDIR must not be under /var/lib or /mnt (they are replaced here): $OUT" ;;
+  esac
+  local layer="$OUT/.var-lib-tmpfs"
+  mkdir -p "$layer"
+  mount -t tmpfs -o mode=0755 tmpfs "$layer" || setup_fail "cannot mount a tmpfs for /var/lib"
+  mkdir -p "$layer/upper" "$layer/work"
+  mount -t overlay overlay -o "lowerdir=/var/lib,upperdir=$layer/upper,workdir=$layer/work" /var/lib ||
+    setup_fail "cannot mount an overlay on /var/lib"
+  mount -t tmpfs -o mode=0755 tmpfs /mnt || setup_fail "cannot mount a tmpfs on /mnt"
+  note "/var/lib: overlayfs, upper layer on a tmpfs (discarded); /mnt: a fresh tmpfs"
+}
+
 IMDS_PID=""
 start_imds() {
   local ready="$OUT/.imds.ready" i
@@ -175,6 +195,7 @@ inside() {
   # there never reaches the host's /run. What is left in it afterwards is listed.
   mount -t tmpfs -o mode=0755 tmpfs /run || setup_fail "cannot mount a tmpfs on /run"
   note "/run: a fresh tmpfs"
+  setup_var_lib
 
   local path="$SANDBOX_DIR/fakebin:$SYSTEM_PATH"
   if [ "${FAKE_FAST_SLEEP:-}" = 1 ]; then

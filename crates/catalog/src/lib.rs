@@ -39,7 +39,7 @@
 //! `pkg/providers/instancetype/types.go`) with EC2NodeClass kubelet overrides
 //! ([`KubeletOverrides`]); see the [`mod@allocatable`] module for the formulas. With default
 //! settings it reproduces the documented allocatable CPU, memory and pods of all 1,355 types
-//! that have ENI data, exactly (`tests/allocatable.rs`).
+//! that have ENI data, exactly (`tests/it/allocatable.rs`).
 //!
 //! ```
 //! use kk_catalog::{KubeletOverrides, catalog};

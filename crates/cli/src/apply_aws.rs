@@ -4,8 +4,9 @@
 use std::process::Command;
 
 use kk_live::aws_apply::{AwsDesired, AwsOutcome};
+use kk_live::interruption_apply::{InterruptionDesired, RuleDesired};
 use kk_render::Bundle;
-use kk_spec::ElasticCluster;
+use kk_spec::{ElasticCluster, versions};
 use serde_json::Value;
 
 use crate::Failure;
@@ -74,7 +75,51 @@ pub fn desired(
             .collect(),
         control_plane_security_group: aws.control_plane_security_group_id.clone(),
         api_port: spec.spec.api_server.port,
+        efa: spec.spec.pools.iter().any(|p| p.efa),
+        interruption: interruption(bundle)?,
+        prune: false,
     })
+}
+
+/// The interruption queue and rules `interruption/` describes; `None` when the bundle has none.
+fn interruption(bundle: &Bundle) -> Result<Option<InterruptionDesired>, Failure> {
+    if !bundle.files.contains_key("interruption/queue.json") {
+        return Ok(None);
+    }
+    let queue = json_file(bundle, "interruption/queue.json")?;
+    let text = |v: &Value, key: &str, path: &str| {
+        v[key]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Failure(format!("{path}: no {key}")))
+    };
+    let rules = json_file(bundle, "interruption/rules.json")?;
+    Ok(Some(InterruptionDesired {
+        queue: text(&queue, "queueName", "interruption/queue.json")?,
+        queue_arn: text(&queue, "arn", "interruption/queue.json")?,
+        attributes: queue["attributes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect(),
+        policy: json_file(bundle, "interruption/queue-policy.json")?,
+        rules: rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                Ok(RuleDesired {
+                    name: text(r, "name", "interruption/rules.json")?,
+                    event_pattern: r["eventPattern"].clone(),
+                    description: format!(
+                        "kubean-karpenter: Karpenter interruption handling; {}",
+                        r["karpenter"].as_str().unwrap_or_default()
+                    ),
+                })
+            })
+            .collect::<Result<_, Failure>>()?,
+    }))
 }
 
 /// Prints what the AWS side did (or, planning, would do).
@@ -139,20 +184,31 @@ impl Release {
 /// The releases ORDER.md installs: the EBS CSI driver (step 2) and Karpenter (step 5).
 pub fn releases(spec: &ElasticCluster, bundle: &Bundle) -> Vec<Release> {
     let mut out = Vec::new();
+    let ebs = versions::component(versions::EBS_CSI_DRIVER);
     if bundle.files.contains_key("cloud/ebs-csi-values.yaml") {
         out.push(Release {
             name: "aws-ebs-csi-driver".into(),
             namespace: "kube-system".into(),
-            chart: "aws-ebs-csi-driver".into(),
-            version: None,
-            repo: Some("https://kubernetes-sigs.github.io/aws-ebs-csi-driver".into()),
+            chart: ebs
+                .chart
+                .as_ref()
+                .map_or("aws-ebs-csi-driver", |c| c.name.as_str())
+                .into(),
+            version: Some(versions::default_version(versions::EBS_CSI_DRIVER).into()),
+            repo: ebs.chart.as_ref().map(|c| c.repository.clone()),
             values_file: "cloud/ebs-csi-values.yaml".into(),
         });
     }
     out.push(Release {
         name: "karpenter".into(),
         namespace: spec.spec.karpenter.namespace.clone(),
-        chart: "oci://public.ecr.aws/karpenter/karpenter".into(),
+        chart: versions::component(versions::KARPENTER)
+            .chart
+            .as_ref()
+            .map_or_else(
+                || "oci://public.ecr.aws/karpenter/karpenter".into(),
+                |c| format!("{}/{}", c.repository, c.name),
+            ),
         version: Some(spec.spec.karpenter.version.clone()),
         repo: None,
         values_file: "karpenter/values.yaml".into(),

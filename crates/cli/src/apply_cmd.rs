@@ -42,8 +42,8 @@ pub struct ApplyArgs {
     #[arg(long)]
     force_conflicts: bool,
     /// With a spec: skip the AWS side (node role, trust, instance profile, policies, discovery
-    /// and cluster tags, the API port rule), which otherwise runs first, through the standard
-    /// AWS credential chain.
+    /// and cluster tags, the API port rule, the interruption queue and its EventBridge rules),
+    /// which otherwise runs first, through the standard AWS credential chain.
     #[arg(long)]
     skip_aws: bool,
     /// With a spec: skip the Helm releases (EBS CSI driver, Karpenter), which otherwise run
@@ -61,7 +61,8 @@ pub struct ApplyArgs {
     #[arg(long)]
     diff: bool,
     /// After applying, delete objects of the applied kinds that carry our label
-    /// (app.kubernetes.io/managed-by=kubean-karpenter) and that the bundle no longer has.
+    /// (app.kubernetes.io/managed-by=kubean-karpenter) and that the bundle no longer has; with a
+    /// spec, also the interruption queue and rules tagged for this cluster that it dropped.
     #[arg(long)]
     prune: bool,
     /// With --prune: also delete NodePools the bundle no longer has. Deleting a NodePool
@@ -221,12 +222,13 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     if let Some((spec, bundle)) = &collected.spec
         && !args.skip_aws
     {
-        let desired = crate::apply_aws::desired(
+        let mut desired = crate::apply_aws::desired(
             spec,
             bundle,
             args.controller_role.clone(),
             args.rotator_role.clone(),
         )?;
+        desired.prune = args.prune;
         let region = spec.spec.aws.region.clone();
         let result = runtime.block_on(async {
             let sdk = kk_live::store::aws_config(Some(region), None)

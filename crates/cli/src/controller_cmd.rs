@@ -24,6 +24,19 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
+/// `--orphan-node-grace`: a duration, or `off`.
+#[derive(Debug, Clone, Copy)]
+struct Grace(Option<Duration>);
+
+fn parse_grace(text: &str) -> Result<Grace, String> {
+    match text {
+        "off" => Ok(Grace(None)),
+        t => parse_duration(t)
+            .map(|d| Grace(Some(d)))
+            .map_err(|e| e.to_string()),
+    }
+}
+
 #[derive(clap::Args, Debug)]
 pub struct ControllerArgs {
     #[command(flatten)]
@@ -46,8 +59,17 @@ pub struct ControllerArgs {
     approve_interval: Duration,
     /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
     /// `kubectl certificate approve`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "csr_approver_only")]
     no_csr_approver: bool,
+    /// Run only the CSR approver: no store, no tokens, no AWS (the rendered
+    /// `kubean-karpenter-csr-approver` Deployment, under its own service account).
+    #[arg(long)]
+    csr_approver_only: bool,
+    /// With the CSR approver: remove a Node named like an EC2 instance that no NodeClaim names
+    /// once it is this old (a terminated instance's credentials registering it again); "off"
+    /// keeps such Nodes. See docs/join-credentials.md.
+    #[arg(long, default_value = "5m", value_parser = parse_grace)]
+    orphan_node_grace: Grace,
     /// How often the leader checks the store and the token.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     tick: Duration,
@@ -73,19 +95,16 @@ pub struct ControllerArgs {
 }
 
 pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    if args.csr_approver_only {
+        return approver_only(args);
+    }
     let target = resolve_target(&args.store, true)?.ok_or_else(|| {
         Failure(
             "the controller needs a store: --spec FILE, or --cluster, --store and --api-server"
                 .into(),
         )
     })?;
-    let metrics_addr: Option<SocketAddr> = match args.metrics_addr.as_str() {
-        "off" | "" => None,
-        a => Some(
-            a.parse()
-                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
-        ),
-    };
+    let metrics_addr = metrics_addr(&args)?;
     kk_live::controller::init_logging(args.log_format == "json");
     runtime()?.block_on(async {
         let connected = cahash::connect(&args.kube.options(), true).await?;
@@ -97,17 +116,10 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
             rotate_at: args.rotate_at,
             overlap: args.overlap,
             approve_every: (!args.no_csr_approver).then_some(args.approve_interval),
+            orphan_grace: args.orphan_node_grace.0.filter(|_| !args.no_csr_approver),
             tick: args.tick,
             retry: args.retry,
-            lease: LeaseConfig {
-                namespace: args.lease_namespace.clone(),
-                name: args.lease_name.clone(),
-                identity: args
-                    .identity
-                    .clone()
-                    .unwrap_or_else(kk_live::controller::default_identity),
-                duration: args.lease_duration,
-            },
+            lease: lease(&args),
         };
         let store = target.open().await?;
         let mut controller = Controller::new(connected.config, store, config)?;
@@ -119,4 +131,80 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
         Ok::<_, Failure>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn metrics_addr(args: &ControllerArgs) -> Result<Option<SocketAddr>, Failure> {
+    Ok(match args.metrics_addr.as_str() {
+        "off" | "" => None,
+        a => Some(
+            a.parse()
+                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
+        ),
+    })
+}
+
+fn lease(args: &ControllerArgs) -> LeaseConfig {
+    LeaseConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: args
+            .identity
+            .clone()
+            .unwrap_or_else(kk_live::controller::default_identity),
+        duration: args.lease_duration,
+    }
+}
+
+/// `--csr-approver-only`: the approver under its own service account and Lease.
+fn approver_only(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    let metrics_addr = metrics_addr(&args)?;
+    kk_live::controller::init_logging(args.log_format == "json");
+    runtime()?.block_on(async {
+        let connected = cahash::connect(&args.kube.options(), true).await?;
+        let mut controller = Controller::approver_only(
+            connected.config,
+            args.approve_interval,
+            args.orphan_node_grace.0,
+            lease(&args),
+        )?;
+        if let Some(addr) = metrics_addr {
+            let bound = controller.bind(addr).await?;
+            eprintln!("serving /metrics, /healthz and /readyz on {bound}");
+        }
+        controller.run(kk_live::controller::shutdown_signal()).await;
+        Ok::<_, Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    /// The rendered approver's flags parse (a mistyped clap field panics only at run time).
+    #[test]
+    fn the_orphan_grace_parses_as_a_duration_or_off() {
+        let parse = |grace: &str| {
+            Wrapper::try_parse_from(["controller", "--csr-approver-only", grace])
+                .map(|w| w.args.orphan_node_grace.0)
+        };
+        assert_eq!(
+            parse("--orphan-node-grace=5m").unwrap(),
+            Some(Duration::from_secs(300))
+        );
+        assert_eq!(parse("--orphan-node-grace=off").unwrap(), None);
+        assert!(parse("--orphan-node-grace=soon").is_err());
+        let default = Wrapper::try_parse_from(["controller"]).unwrap();
+        assert_eq!(
+            default.args.orphan_node_grace.0,
+            Some(Duration::from_secs(300))
+        );
+    }
 }

@@ -123,10 +123,10 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(async {
-        let client = kk_live::cahash::connect(&options, false)
+        let connected = kk_live::cahash::connect(&options, false)
             .await
-            .map_err(|e| Failure(e.to_string()))?
-            .client;
+            .map_err(|e| Failure(e.to_string()))?;
+        let (client, probe) = (connected.client, connected.config);
         let sdk = if args.no_aws {
             None
         } else {
@@ -136,7 +136,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
                     .map_err(|e| Failure(e.to_string()))?,
             )
         };
-        Ok::<_, Failure>(doctor::run(&client, sdk.as_ref(), &facts).await)
+        Ok::<_, Failure>(doctor::run(&client, &probe, sdk.as_ref(), &facts).await)
     })?;
     if args.output == "text" {
         let mut out = std::io::stdout().lock();

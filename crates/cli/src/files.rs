@@ -1,4 +1,5 @@
-//! File-system edges: resolving the CA bundle and writing a bundle all-or-nothing.
+//! File-system edges: resolving the CA bundle, writing a bundle all-or-nothing, and writing a
+//! report page whole or not at all.
 
 use std::path::{Path, PathBuf};
 
@@ -111,6 +112,30 @@ fn find_named<'v>(config: &'v Value, list: &str, name: &str) -> Option<&'v Value
         .find(|entry| entry["name"].as_str() == Some(name))
 }
 
+/// A report to share (`plan --html`, `upgrade plan --html`), written whole or not at all: a
+/// temporary file beside it, then renamed; readable by others, like the table on stdout.
+pub fn write_report(path: &Path, page: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let name = path.display();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| Failure(format!("{name}: {e}")))?;
+    tmp.write_all(page.as_bytes())
+        .map_err(|e| Failure(format!("{name}: {e}")))?;
+    // NamedTempFile creates it 0600.
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(|e| Failure(format!("{name}: {e}")))?;
+    tmp.persist(path)
+        .map_err(|e| Failure(format!("{name}: {}", e.error)))?;
+    Ok(())
+}
+
 fn private_dirs(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
@@ -126,6 +151,16 @@ fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options.open(path)?.write_all(content)
+}
+
+/// Whether a bundle path names a file below the bundle directory: relative, and made of plain
+/// names only (no `..`, no root, no `.`), so joining it to the directory cannot leave it.
+fn stays_inside(rel: &str) -> bool {
+    use std::path::Component;
+    let path = Path::new(rel);
+    !rel.is_empty()
+        && !rel.contains('\\')
+        && path.components().all(|c| matches!(c, Component::Normal(_)))
 }
 
 /// Writes every file into a fresh sibling directory, then swaps it into place, so a
@@ -154,6 +189,12 @@ pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Resu
         std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))
             .map_err(|e| Failure(format!("{}: {e}", staging.path().display())))?;
     }
+    if let Some(rel) = bundle.files.keys().find(|rel| !stays_inside(rel)) {
+        return Err(Failure(format!(
+            "bundle file {rel:?} would be written outside {}: refusing to write the bundle",
+            dir.display()
+        )));
+    }
     for (rel, content) in &bundle.files {
         let path = staging.path().join(rel);
         if let Some(p) = path.parent() {
@@ -178,4 +219,40 @@ pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Resu
         return Err(Failure(format!("{}: {e}", dir.display())));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The attack: a bundle whose file names climb out of the output directory (as a namespace
+    /// `../../x` once did through `namespaces/<namespace>.yaml`). Nothing may be written at all.
+    #[test]
+    fn a_bundle_path_that_leaves_the_bundle_is_refused_and_nothing_is_written() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out").join("bundle");
+        let absolute = root.path().join("escaped.yaml").display().to_string();
+        for escape in [
+            "namespaces/../../../escaped.yaml",
+            "../escaped.yaml",
+            absolute.as_str(),
+            "./ok/../../escaped.yaml",
+            "",
+        ] {
+            let mut bundle = Bundle::default();
+            bundle.files.insert("ORDER.md".into(), "x".into());
+            bundle.files.insert(escape.into(), "pwned".into());
+            let error = write_bundle_atomically(&out, &bundle, true).unwrap_err();
+            assert!(error.0.contains("outside"), "{escape}: {}", error.0);
+            assert!(!out.exists(), "{escape}: the bundle was written");
+            assert!(!root.path().join("escaped.yaml").exists());
+            assert!(!root.path().join("out/escaped.yaml").exists());
+        }
+        let mut bundle = Bundle::default();
+        bundle
+            .files
+            .insert("namespaces/karpenter.yaml".into(), "x".into());
+        assert!(write_bundle_atomically(&out, &bundle, true).is_ok());
+        assert!(out.join("namespaces/karpenter.yaml").exists());
+    }
 }

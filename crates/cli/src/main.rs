@@ -6,6 +6,8 @@
 //!
 //! Exit codes: 0 success, 1 findings, 2 usage or input error.
 
+mod ami_cmd;
+mod ami_pin_cmd;
 mod apply_aws;
 mod apply_cmd;
 mod catalog_cmd;
@@ -13,17 +15,17 @@ mod completion_cmd;
 mod controller_cmd;
 mod doctor_cmd;
 mod files;
+mod kubean_cmd;
 mod kubeconfig_cmd;
 mod lint_cmd;
 mod plan_cmd;
 mod report;
 mod sources;
 mod token_cmd;
+mod upgrade_cmd;
 mod verify_cmd;
 mod version_cmd;
-
-#[cfg(test)]
-mod civil_date;
+mod versions_cmd;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -51,7 +53,8 @@ struct Cli {
 enum Command {
     /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools).
     Init,
-    /// Check a spec and report every problem with file:line:col (exit 2 if any).
+    /// Check a spec and report every problem with file:line:col (exit 2 if any); warnings
+    /// (a pinned patch older than the newest known of its minor) are printed, exit 0.
     Validate {
         /// The spec file, or - for standard input.
         spec: String,
@@ -108,8 +111,33 @@ enum Command {
     /// The in-cluster join-token rotator: keeps a valid token in the SSM/Secrets Manager
     /// join store, leader-elected through a Lease, with /metrics, /healthz and /readyz.
     Controller(Box<controller_cmd::ControllerArgs>),
-    /// Print the version, git commit, build date and compiler (-o json|yaml for an object).
+    /// AMIs: list and resolve EKS-optimized AL2023 releases (SSM public parameters) and custom
+    /// images (DescribeImages); pin one in a spec, in place.
+    Ami {
+        #[command(subcommand)]
+        command: ami_cmd::AmiCommand,
+    },
+    /// Day-two Kubean operations: print the ClusterOperation that upgrades Kubernetes, adds or
+    /// removes a Kubean node, or renews the control plane's certificates (checked first).
+    Kubean {
+        #[command(subcommand)]
+        command: kubean_cmd::KubeanCommand,
+    },
+    /// Kubernetes upgrades: `upgrade plan SPEC --to 1.36.x` (read-only).
+    Upgrade {
+        #[command(subcommand)]
+        command: upgrade_cmd::UpgradeCommand,
+    },
+    /// Print the version, git commit, build date and compiler (-o json|yaml for an object,
+    /// with the component versions the bundle pins by default).
     Version(version_cmd::VersionArgs),
+    /// The versions table (every component, the releases known, digests where an upstream file
+    /// pins one, sources) and the Kubernetes / Karpenter / CCM / Kubean compatibility matrix;
+    /// with a spec, what it pins and whether each pin is the newest known patch.
+    Versions(versions_cmd::VersionsArgs),
+    /// Every image the bundle and its Helm charts pull (repository:tag@digest, or tag-only
+    /// with how to pin it), for mirroring with `skopeo copy`.
+    Images(versions_cmd::ImagesArgs),
     /// Print a shell completion script: `source <(kubean-karpenter completion bash)`, or save
     /// `completion zsh` as `_kubean-karpenter` in your $fpath, `completion fish` in
     /// ~/.config/fish/completions/kubean-karpenter.fish.
@@ -151,7 +179,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),
         Command::Controller(args) => controller_cmd::controller(*args),
+        Command::Ami { command } => ami_cmd::run(command),
+        Command::Kubean { command } => kubean_cmd::run(command),
+        Command::Upgrade { command } => upgrade_cmd::run(command),
         Command::Version(args) => version_cmd::run(args),
+        Command::Versions(args) => versions_cmd::versions(args),
+        Command::Images(args) => versions_cmd::images(args),
         Command::Completion(args) => completion_cmd::completion(args),
         Command::Man(args) => completion_cmd::man(args),
         Command::Init => {
@@ -160,12 +193,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Validate { spec } => {
             let (loaded, _) = load_spec(&spec)?;
+            print_warnings(&loaded);
             let pools = loaded.spec.spec.pools.len();
             println!(
-                "{}: ElasticCluster {} is valid ({pools} pool{})",
+                "{}: ElasticCluster {} is valid ({pools} pool{}{})",
                 loaded.file,
                 loaded.spec.metadata.name,
-                if pools == 1 { "" } else { "s" }
+                if pools == 1 { "" } else { "s" },
+                match loaded.warnings.len() {
+                    0 => String::new(),
+                    1 => ", 1 warning".into(),
+                    n => format!(", {n} warnings"),
+                }
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -180,6 +219,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             } else {
                 load_spec(spec.as_deref().unwrap_or("-"))?
             };
+            print_warnings(&loaded);
             let bundle = files::render_spec(&loaded, &base_dir)?;
             if output == "-" {
                 let mut out = std::io::stdout().lock();
@@ -202,6 +242,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// The spec's warnings (valid, but probably not meant), one `warning:` line each on stderr.
+fn print_warnings(loaded: &LoadedSpec) {
+    for warning in &loaded.warnings {
+        eprintln!("warning: {warning}");
     }
 }
 

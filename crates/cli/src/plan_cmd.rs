@@ -71,11 +71,33 @@ pub struct PlanArgs {
     /// With --disrupt: Karpenter's SpotToSpotConsolidation feature gate (off by default).
     #[arg(long, requires = "disrupt")]
     spot_to_spot: bool,
+    /// With --disrupt: instead of the disruption loop, what happens if this capacity is
+    /// reclaimed and stays unavailable (spot, spot:g6.xlarge, on-demand, type:T, zone:Z;
+    /// comma-separated terms all match): its nodes removed at once, its offerings
+    /// unavailable, and where their pods go, at what $/h, and what stays Pending and why.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        requires = "disrupt",
+        conflicts_with_all = ["at", "node_class_changes", "node_pool_changes", "spec_change"]
+    )]
+    reclaim: Option<String>,
     /// With --disrupt: read the state from the cluster (list only, nothing written): NodePools,
     /// EC2NodeClasses, NodeClaims, Nodes, Pods, DaemonSets, PodDisruptionBudgets. -f files are
     /// added to it (e.g. NodePools to try instead).
     #[arg(long, requires = "disrupt")]
     from_cluster: bool,
+    /// With --disrupt: an EC2NodeClass as it would be (not applied yet): the nodes it drifts
+    /// (static fields, AMI) are marked Drifted now and replaced as Karpenter would. Repeatable.
+    #[arg(long = "nodeclass", value_name = "FILE", requires = "disrupt")]
+    node_class_changes: Vec<String>,
+    /// With --disrupt: a NodePool as it would be (static fields, requirements). Repeatable.
+    #[arg(long = "nodepool", value_name = "FILE", requires = "disrupt")]
+    node_pool_changes: Vec<String>,
+    /// With --disrupt: a new version of the spec; its rendered NodePools and EC2NodeClasses
+    /// are the change.
+    #[arg(long = "spec", value_name = "NEW_SPEC", requires = "disrupt")]
+    spec_change: Option<String>,
     /// With --from-cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config).
     #[arg(long, value_name = "FILE", requires = "from_cluster")]
     kubeconfig: Option<std::path::PathBuf>,
@@ -166,7 +188,7 @@ fn read_inputs(arg: &str) -> Result<Vec<sources::NamedSource>, Failure> {
     Ok(sources::read_arg(arg)?.sources)
 }
 
-/// The report, written whole or not at all (a temporary file beside it, then renamed).
+/// The report page, with the `--explain` text of the first pods.
 fn write_html(path: &Path, plan: &kk_sim::Plan, input: &kk_sim::Input) -> Result<(), Failure> {
     let keys = plan
         .pending
@@ -180,24 +202,7 @@ fn write_html(path: &Path, plan: &kk_sim::Plan, input: &kk_sim::Input) -> Result
         explanations.insert(key.clone(), e.render());
     }
     let page = crate::report::html(plan, input, &explanations);
-    let name = path.display();
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| Failure(format!("{name}: {e}")))?;
-    tmp.write_all(page.as_bytes())
-        .map_err(|e| Failure(format!("{name}: {e}")))?;
-    // A report to share, like the table: readable by others (NamedTempFile creates it 0600).
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .map_err(|e| Failure(format!("{name}: {e}")))?;
-    tmp.persist(path)
-        .map_err(|e| Failure(format!("{name}: {}", e.error)))?;
-    Ok(())
+    crate::files::write_report(path, &page)
 }
 
 fn as_source(s: sources::NamedSource) -> SourceFile {

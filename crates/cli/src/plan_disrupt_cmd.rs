@@ -6,8 +6,13 @@
 //! `--from-cluster` lists the same kinds through a kubeconfig (read-only, kk-live's
 //! `cluster_state`).
 //!
-//! Exit codes: 0 done (whether or not anything is disrupted), 1 pods of expired nodes would stay
-//! Pending, 2 usage or input error.
+//! `--nodeclass FILE`, `--nodepool FILE` and `--spec NEW` are a change not applied yet: the
+//! nodes it would drift are marked Drifted at the simulated instant (kk-sim's `disrupt::drift`)
+//! before the simulation runs. `--reclaim SELECTOR` asks instead what a reclaim of that capacity
+//! does (kk-sim's `disrupt::reclaim`).
+//!
+//! Exit codes: 0 done (whether or not anything is disrupted), 1 pods of expired (or reclaimed)
+//! nodes would stay Pending, 2 usage or input error.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -15,7 +20,7 @@ use std::process::ExitCode;
 use kk_sim::disrupt::{self, clock};
 use kk_sim::{LoadOptions, SourceFile};
 
-use super::{PlanArgs, expand_spec, read_inputs};
+use super::{PlanArgs, as_source, expand_spec, read_inputs};
 use crate::Failure;
 
 pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
@@ -42,7 +47,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
             ..kk_sim::Options::default()
         },
     };
-    let state = disrupt::load(&files, &opts, None)
+    let mut state = disrupt::load(&files, &opts, None)
         .map_err(|errors| crate::sources::problems(&errors, "in the inputs; nothing simulated"))?;
     if state.input.pools.is_empty() {
         return Err(Failure(
@@ -65,14 +70,24 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     if at < 0 {
         return Err(Failure("--at: time only moves forward".into()));
     }
+    let reclaim = args
+        .reclaim
+        .as_deref()
+        .map(disrupt::Selector::parse)
+        .transpose()
+        .map_err(|e| Failure(format!("--reclaim: {e}")))?;
+    let change = read_change(args, &opts, &state)?;
+    let drift = change.map(|c| disrupt::drift::apply(&mut state, &c, base + at));
     let options = disrupt::Options {
         now: base + at,
         spot_to_spot: args.spot_to_spot,
         explain: args.explain.clone(),
         max_rounds: 100_000,
         first_pass_candidates: false,
+        reclaim,
     };
-    let report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
+    let mut report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
+    report.drift = drift;
     let mut out = std::io::stdout().lock();
     match args.output.as_str() {
         "json" => out.write_all(report.to_json().as_bytes())?,
@@ -86,6 +101,71 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    })
+}
+
+/// The change of `--nodeclass`, `--nodepool` and `--spec`, read like a state; `None` without
+/// one. Each file must hold the kind its flag names.
+fn read_change(
+    args: &PlanArgs,
+    opts: &LoadOptions,
+    state: &disrupt::ClusterState,
+) -> Result<Option<disrupt::ClusterState>, Failure> {
+    let mut files = Vec::new();
+    let flagged = args
+        .node_class_changes
+        .iter()
+        .map(|p| ("--nodeclass", "EC2NodeClass", p))
+        .chain(
+            args.node_pool_changes
+                .iter()
+                .map(|p| ("--nodepool", "NodePool", p)),
+        );
+    for (flag, kind, path) in flagged {
+        let mut found = false;
+        for f in read_inputs(path)? {
+            let f = as_source(f);
+            found |= holds_kind(&f.text, kind);
+            files.push(f);
+        }
+        if !found {
+            return Err(Failure(format!("{flag} {path}: no {kind} in it")));
+        }
+    }
+    if let Some(spec) = &args.spec_change {
+        for f in read_inputs(spec)? {
+            if f.spec.is_none() {
+                return Err(Failure(format!(
+                    "--spec {spec}: not an ElasticCluster spec (pass manifests with --nodeclass or --nodepool)"
+                )));
+            }
+            files.extend(expand_spec(f)?);
+        }
+    }
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let change = disrupt::load(&files, opts, Some(state.input.catalog.clone()))
+        .map_err(|errors| crate::sources::problems(&errors, "in the change; nothing simulated"))?;
+    Ok(Some(change))
+}
+
+/// Whether a manifest file holds an object of `kind` (a `List` of them included).
+fn holds_kind(text: &str, kind: &str) -> bool {
+    let Ok(docs) = kk_model::yaml::load_documents(text, kk_model::yaml::LoadLimits::default())
+    else {
+        return true; // the change's reader reports the file's error with its position
+    };
+    docs.iter().any(|d| {
+        let v = &d.value;
+        v.get("kind").and_then(|k| k.as_str()) == Some(kind)
+            || v.get("items")
+                .and_then(|i| i.as_array())
+                .is_some_and(|items| {
+                    items
+                        .iter()
+                        .any(|x| x.get("kind").and_then(|k| k.as_str()) == Some(kind))
+                })
     })
 }
 

@@ -136,6 +136,7 @@ fn detect_spec(text: &str, name: &str) -> Result<Option<LoadedSpec>, Failure> {
         max_bytes: MAX_FILE_BYTES,
         max_depth: kk_lint::input::MAX_DEPTH,
         max_nodes: kk_lint::input::MAX_FILE_VALUES,
+        ..LoadLimits::default()
     };
     let Ok(docs) = load_documents(text, limits) else {
         return Ok(None);

@@ -216,13 +216,9 @@ pub enum TokenCommand {
     Create {
         #[command(flatten)]
         kube: KubeArgs,
-        /// Lifetime, e.g. 2h, 90m. Over 24h needs --allow-long-ttl.
+        /// Lifetime, e.g. 2h, 90m; at most 24h.
         #[arg(long, default_value = "2h", value_parser = parse_duration)]
         ttl: Duration,
-        /// Accept a TTL over 24h (static join mode, where the token is baked into userData):
-        /// whoever steals it can join nodes for that long.
-        #[arg(long)]
-        allow_long_ttl: bool,
         /// Free text stored in the Secret's description.
         #[arg(long)]
         description: Option<String>,
@@ -261,14 +257,12 @@ pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
         TokenCommand::Create {
             kube,
             ttl,
-            allow_long_ttl,
             description,
             show_secret,
             publish,
             store,
         } => {
-            token::check_ttl_ceiling(ttl, allow_long_ttl)
-                .map_err(|e| Failure(format!("--ttl: {e}")))?;
+            token::check_ttl_ceiling(ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
             create(&kube, ttl, description, show_secret, publish, &store)
         }
         TokenCommand::List { kube, output } => list(&kube, &output),

@@ -43,6 +43,14 @@ pub struct VerifyArgs {
     /// Do not run doctor's checks when a phase stalls.
     #[arg(long)]
     no_doctor: bool,
+    /// After the first CPU pool's scale-up, reclaim the node verify launched for it: one
+    /// synthetic spot interruption warning sent to the spec's interruption queue
+    /// (sqs:SendMessage), then the drain and the replacement timed phase by phase. Opt-in:
+    /// Karpenter terminates that instance itself and blocks its spot offering (instance type
+    /// and zone) for the whole cluster for 3 minutes. That pool's workload asks for spot; a
+    /// node verify did not launch is never named.
+    #[arg(long)]
+    interruption: bool,
     /// Output: text (progress on stderr, table on stdout) or json.
     #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
     output: String,
@@ -134,6 +142,28 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
             CudaProof::Logs
         },
         run_id: verify::new_run_id(),
+        interruption: args.interruption,
+    };
+    // The pool whose node --interruption reclaims, and the queue the warning goes to.
+    let reclaimed = if args.interruption {
+        let queue = kk_spec::interruption::queue_name(&loaded.spec).ok_or_else(|| {
+            Failure(
+                "--interruption: the spec has no interruption queue (no pool allows spot, or interruptionQueue is \"\")"
+                    .into(),
+            )
+        })?;
+        let pool = targets
+            .iter()
+            .find(|t| !t.gpu)
+            .ok_or_else(|| Failure("--interruption needs a CPU pool among those verified".into()))?
+            .pool
+            .clone();
+        eprintln!(
+            "--interruption: after {pool}'s scale-up, verify sends a spot interruption warning to queue {queue} for the node it launched; Karpenter drains it, terminates the instance and blocks that spot offering for the whole cluster for 3 minutes"
+        );
+        Some((pool, queue))
+    } else {
+        None
     };
     let client_options = if args.kubeconfig.is_some() || args.context.is_some() {
         ClientOptions {
@@ -181,10 +211,24 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()?;
     let (results, interrupted, cleaned) = runtime.block_on(async {
-        let client = kk_live::cahash::connect(&client_options, false)
+        let connected = kk_live::cahash::connect(&client_options, false)
             .await
-            .map_err(|e| Failure(e.to_string()))?
-            .client;
+            .map_err(|e| Failure(e.to_string()))?;
+        let (client, probe) = (connected.client, connected.config);
+        let reclaim_sdk = match &reclaimed {
+            Some(_) => Some(
+                kk_live::store::aws_config(Some(region.clone()), None)
+                    .await
+                    .map_err(|e| Failure(format!("aws: {e}")))?,
+            ),
+            None => None,
+        };
+        let reclaim = match (&reclaimed, &reclaim_sdk) {
+            (Some((_, queue)), Some(sdk)) => {
+                Some(verify::Reclaim::new(sdk, queue.clone(), &loaded.spec))
+            }
+            _ => None,
+        };
         let work = async {
             let mut results = Vec::new();
             for t in &targets {
@@ -192,7 +236,11 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
                     "{}: creating kk-verify-{} (run {})",
                     t.pool, t.pool, options.run_id
                 );
-                let mut r = verify::verify_pool(&client, t, &options, &progress, &waiting).await;
+                let reclaim = reclaim
+                    .as_ref()
+                    .filter(|_| reclaimed.as_ref().is_some_and(|(pool, _)| *pool == t.pool));
+                let mut r =
+                    verify::verify_pool(&client, t, &options, reclaim, &progress, &waiting).await;
                 if tty {
                     eprint!("\r\x1b[K");
                 }
@@ -202,7 +250,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
                     let sdk = kk_live::store::aws_config(Some(region.clone()), None)
                         .await
                         .ok();
-                    let report = doctor::run(&client, sdk.as_ref(), &facts).await;
+                    let report = doctor::run(&client, &probe, sdk.as_ref(), &facts).await;
                     for c in report.checks.iter().filter(|c| c.status == Status::Fail) {
                         evidence.push(format!("doctor {} failed: {}", c.id, c.evidence.join("; ")));
                     }

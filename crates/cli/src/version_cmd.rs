@@ -26,7 +26,7 @@ pub const VERSION_LINE: &str = concat!(
 #[derive(clap::Args)]
 pub struct VersionArgs {
     /// Output: text (one line, as --version), json or yaml (an object with version, commit,
-    /// buildDate and rustc).
+    /// buildDate, rustc and the default component versions).
     #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
     output: String,
 }
@@ -37,6 +37,15 @@ pub fn run(args: VersionArgs) -> Result<ExitCode, Failure> {
         "commit": COMMIT,
         "buildDate": BUILD_DATE,
         "rustc": RUSTC,
+        // What render pins when a spec does not say (the versions table; `versions` has more).
+        "components": kk_spec::versions::table()
+            .components
+            .iter()
+            .map(|c| {
+                let newest = c.newest().map(|r| r.version.clone());
+                (c.name.clone(), json!({ "default": c.default, "newestKnown": newest }))
+            })
+            .collect::<serde_json::Map<_, _>>(),
     });
     let text = match args.output.as_str() {
         "json" => serde_json::to_string_pretty(&info)? + "\n",

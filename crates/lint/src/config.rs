@@ -27,6 +27,7 @@ impl Config {
             max_bytes: 1024 * 1024,
             max_depth: 16,
             max_nodes: 10_000,
+            ..LoadLimits::default()
         };
         let docs = load_documents(text, limits)
             .map_err(|e| LocatedError::new(file, Some(e.pos), e.message))?;

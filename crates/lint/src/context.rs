@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use kk_model::karpenter::{EC2NodeClass, NodePool};
+use kk_karpenter::labels::CAPACITY_TYPE;
+use kk_karpenter::{Operator, Requirement};
+use kk_model::karpenter::{EC2NodeClass, NodePool, NodeSelectorRequirement};
 use kk_model::{FieldPath, Pos};
 use serde_json::Value;
 
@@ -37,6 +39,24 @@ impl NodeClassView<'_> {
     }
 }
 
+/// Whether every `karpenter.sh/capacity-type` requirement admits `capacity`; with none, only
+/// on-demand is allowed (Karpenter's default).
+pub fn capacity_allowed(reqs: &[NodeSelectorRequirement], capacity: &str) -> bool {
+    let mut seen = false;
+    for req in reqs.iter().filter(|r| r.key == CAPACITY_TYPE) {
+        seen = true;
+        // A malformed requirement is KK000's finding, not the caller's.
+        let ok = Operator::parse(&req.operator)
+            .ok()
+            .and_then(|op| Requirement::new(op, &req.values).ok())
+            .is_none_or(|r| r.has(capacity));
+        if !ok {
+            return false;
+        }
+    }
+    if seen { true } else { capacity == "on-demand" }
+}
+
 /// A NodePool that deserialised into the typed model.
 #[derive(Debug, Clone)]
 pub struct NodePoolView<'a> {
@@ -55,6 +75,11 @@ impl NodePoolView<'_> {
 
     pub fn node_class_name(&self) -> &str {
         &self.pool.spec.template.spec.node_class_ref.name
+    }
+
+    /// Whether the pool may launch `capacity` (`spot`, `on-demand`, `reserved`).
+    pub fn allows_capacity(&self, capacity: &str) -> bool {
+        capacity_allowed(&self.pool.spec.template.spec.requirements, capacity)
     }
 }
 

@@ -49,7 +49,7 @@ pub fn rule_page(rule: &dyn Rule) -> String {
     let meta = rule.meta();
     format!(
         "<!-- Generated from crates/lint/src/rules: edit the rule's DOC, then run \
-         KK_UPDATE_DOCS=1 cargo test -p kk-lint --test docs -->\n\
+         KK_UPDATE_DOCS=1 cargo test -p kk-lint --test it docs:: -->\n\
          # {code} {name}\n\n\
          {summary}.\n\n\
          Default severity: **{severity}**. Disable with `disable: [{code}]` in \
@@ -76,7 +76,7 @@ pub fn explain(rule: &dyn Rule) -> String {
 /// `docs/rules/README.md`: every rule in a table.
 pub fn index() -> String {
     let mut out = String::from(
-        "<!-- Generated from crates/lint/src/rules: run KK_UPDATE_DOCS=1 cargo test -p kk-lint --test docs -->\n\
+        "<!-- Generated from crates/lint/src/rules: run KK_UPDATE_DOCS=1 cargo test -p kk-lint --test it docs:: -->\n\
          # kubean-karpenter lint rules\n\n\
          `kubean-karpenter lint --explain CODE` prints a rule's page; see [../lint.md](../lint.md) for \
          usage, output formats and suppressions.\n\n\

@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod input;
 pub mod output;
 pub mod registry;
+pub mod reservations;
 pub mod rule;
 pub mod rules;
 pub mod sched;

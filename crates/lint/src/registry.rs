@@ -3,37 +3,44 @@
 //! `pub const META` and a unit struct implementing [`Rule`]), declare it in its area's
 //! `mod.rs`, add one line to [`RULES`], and add `fixtures/lint/<CODE>/{fail,pass}.yaml`.
 //!
-//! Codes follow the numbering of issue #4 (KK000 CRD schema, then rule N of the issue is
-//! KK0NN), so parallel work never picks the same code. Planned codes and areas:
+//! Codes are handed out in order and never reused: a new rule takes the next free code.
+//! Codes, areas and rules:
 //!
 //! | Code  | Area      | Rule                                                               |
 //! |-------|-----------|--------------------------------------------------------------------|
-//! | KK000 | crd       | crd-schema (done)                                                  |
-//! | KK001 | values    | karpenter-controller-placement (done)                              |
-//! | KK002 | gpu       | gpu-pool-untainted (done)                                          |
-//! | KK003 | gpu       | device-plugin-mismatch (done)                                      |
-//! | KK004 | nodepool  | pool-without-limits (done)                                         |
-//! | KK005 | gpu       | gpu-limit-ignores-sharing (done)                                   |
-//! | KK006 | gpu       | gpu-pool-disruption (done)                                         |
-//! | KK007 | nodeclass | ami-alias-latest (done)                                            |
-//! | KK008 | userdata  | imdsv1-userdata (done)                                             |
-//! | KK009 | userdata  | literal-secret (done)                                              |
-//! | KK010 | userdata  | custom-ami-registration (done)                                     |
-//! | KK011 | cluster   | external-cloud-provider-without-ccm (done)                         |
-//! | KK012 | nodeclass | kubelet-pod-density (done)                                         |
-//! | KK013 | nodepool  | spot-too-few-instance-types (done)                                 |
-//! | KK014 | nodeclass | ebs-root-volume (done)                                             |
-//! | KK015 | values    | values-control-plane (done)                                        |
-//! | KK016 | nodepool  | unsatisfiable-requirements (done)                                  |
-//! | KK017 | nodepool  | missing-nodeclass (done)                                           |
-//! | KK018 | workload  | gpu-workload-tolerations (done)                                    |
-//! | KK019 | kubean    | kubespray-join-vars (done)                                         |
-//! | KK020 | userdata  | malformed-join-credentials (done)                                  |
-//! | KK021 | nodeclass | kubeadm-join-on-eks-ami (issue 11)                                 |
-//! | KK022 | cluster   | ccm-cluster-id (issue 11)                                          |
-//! | KK023 | userdata  | nvidia-runtime-without-containerd-restart (issue 11)               |
-//! | KK024 | workload  | shared-infra-identity (issue 12)                                   |
-//! | KK025 | userdata  | nodeadm-config-incomplete (issue 17)                               |
+//! | KK000 | crd       | crd-schema                                                         |
+//! | KK001 | values    | karpenter-controller-placement                                     |
+//! | KK002 | gpu       | gpu-pool-untainted                                                 |
+//! | KK003 | gpu       | device-plugin-mismatch                                             |
+//! | KK004 | nodepool  | pool-without-limits                                                |
+//! | KK005 | gpu       | gpu-limit-ignores-sharing                                          |
+//! | KK006 | gpu       | gpu-pool-disruption                                                |
+//! | KK007 | nodeclass | ami-alias-latest                                                   |
+//! | KK008 | userdata  | imdsv1-userdata                                                    |
+//! | KK009 | userdata  | literal-secret                                                     |
+//! | KK010 | userdata  | custom-ami-registration                                            |
+//! | KK011 | cluster   | external-cloud-provider-without-ccm                                |
+//! | KK012 | nodeclass | kubelet-pod-density                                                |
+//! | KK013 | nodepool  | spot-too-few-instance-types                                        |
+//! | KK014 | nodeclass | ebs-root-volume                                                    |
+//! | KK015 | values    | values-control-plane                                               |
+//! | KK016 | nodepool  | unsatisfiable-requirements                                         |
+//! | KK017 | nodepool  | missing-nodeclass                                                  |
+//! | KK018 | workload  | gpu-workload-tolerations                                           |
+//! | KK019 | kubean    | kubespray-join-vars                                                |
+//! | KK020 | userdata  | malformed-join-credentials                                         |
+//! | KK021 | nodeclass | kubeadm-join-on-eks-ami                                            |
+//! | KK022 | cluster   | ccm-cluster-id                                                     |
+//! | KK023 | userdata  | nvidia-runtime-without-containerd-restart                          |
+//! | KK024 | workload  | shared-infra-identity                                              |
+//! | KK025 | userdata  | nodeadm-config-incomplete                                          |
+//! | KK026 | workload  | image-not-pinned                                                   |
+//! | KK027 | values    | spot-without-interruption-queue                                    |
+//! | KK028 | nodepool  | reserved-without-reservations                                      |
+//! | KK029 | gpu       | training-pool-grace-period                                         |
+//! | KK030 | nodepool  | capacity-block-fallback                                            |
+//! | KK031 | nodepool  | efa-pool-without-efa-types                                         |
+//! | KK032 | kueue     | kueue-quota-above-pool-limits                                      |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -66,6 +73,13 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::userdata::containerd_restart::NvidiaRuntimeWithoutRestart,
     &rules::workload::shared_infra_identity::SharedInfraIdentity,
     &rules::userdata::nodeadm_config::NodeadmConfigIncomplete,
+    &rules::workload::image_pinning::ImageNotPinned,
+    &rules::values::interruption_queue::SpotWithoutInterruptionQueue,
+    &rules::nodepool::reserved_without_reservations::ReservedWithoutReservations,
+    &rules::gpu::training_grace_period::TrainingPoolGracePeriod,
+    &rules::nodepool::capacity_block_fallback::CapacityBlockFallback,
+    &rules::nodepool::efa_types::EfaPoolWithoutEfaTypes,
+    &rules::kueue::quota_above_limits::KueueQuotaAbovePoolLimits,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

@@ -38,6 +38,13 @@ pub struct AwsDesired {
     pub kubean_instance_ips: Vec<String>,
     pub control_plane_security_group: String,
     pub api_port: u16,
+    /// A pool uses EFA: every node security group admits all traffic from itself.
+    pub efa: bool,
+    /// The interruption queue and its EventBridge rules (`interruption/`), when the spec has one.
+    pub interruption: Option<crate::interruption_apply::InterruptionDesired>,
+    /// `--prune`: delete the interruption queue and rules this cluster created (by tag) that
+    /// `interruption` no longer names.
+    pub prune: bool,
 }
 
 /// One write, done or planned.
@@ -88,6 +95,10 @@ pub const STEPS: &[&str] = &[
     "node security groups' cluster tag",
     "Kubean-built instances' cluster tag",
     "API port from the node security group",
+    "EFA: node security groups admit themselves",
+    "interruption queue",
+    "interruption rules",
+    "interruption queue and rules the spec dropped",
 ];
 
 /// Why a step stopped.
@@ -100,12 +111,32 @@ pub enum StepError {
     #[error("building the request: {0}")]
     Request(#[from] aws_sdk_iam::error::BuildError),
     #[error(
+        "queue {queue} carries {tag}={owner}: it belongs to another cluster; name another queue in spec.karpenter.interruptionQueue"
+    )]
+    ForeignQueue {
+        queue: String,
+        tag: String,
+        owner: String,
+    },
+    #[error("events:PutTargets did not add the queue to rule {rule}: {message}")]
+    TargetRefused { rule: String, message: String },
+    #[error(
         "no {kind} carries the discovery tag {key}={value}: tag the ones Karpenter may use (iam/discovery.json)"
     )]
     NoDiscoveryTag {
         kind: String,
         key: String,
         value: String,
+    },
+    #[error(
+        "the IAM role {role} is tagged {tag}={owner}: it belongs to cluster {owner:?}, not {cluster:?}; \
+         apply never rewrites another cluster's node role (give this cluster its own aws.nodeRole)",
+        tag = crate::store::CLUSTER_TAG
+    )]
+    ForeignRole {
+        role: String,
+        owner: String,
+        cluster: String,
     },
 }
 
@@ -116,15 +147,18 @@ where
     e.as_service_error().and_then(|s| s.code())
 }
 
-struct Run<'a> {
+pub(crate) struct Run<'a> {
     iam: &'a aws_sdk_iam::Client,
-    ec2: &'a aws_sdk_ec2::Client,
-    plan_only: bool,
-    out: AwsOutcome,
+    pub(crate) ec2: &'a aws_sdk_ec2::Client,
+    pub(crate) sqs: &'a aws_sdk_sqs::Client,
+    pub(crate) events: &'a aws_sdk_eventbridge::Client,
+    pub(crate) plan_only: bool,
+    pub(crate) out: AwsOutcome,
 }
 
 impl Run<'_> {
-    fn write(&mut self, call: &str, target: impl Into<String>) -> bool {
+    /// Records a write; whether to make it (not when only planning).
+    pub(crate) fn write(&mut self, call: &str, target: impl Into<String>) -> bool {
         self.out.writes.push(Step {
             call: call.to_owned(),
             target: target.into(),
@@ -136,6 +170,49 @@ impl Run<'_> {
         self.out.reads += 1;
         match self.iam.get_role().role_name(&d.node_role).send().await {
             Ok(r) => {
+                // A role tagged for another cluster is not ours to rewrite: its trust and
+                // inline policy would let that cluster's nodes read our store, and ours join
+                // theirs. An untagged role (made by hand for this cluster) is claimed.
+                let owner = r.role().and_then(|role| {
+                    role.tags()
+                        .iter()
+                        .find(|t| t.key() == crate::store::CLUSTER_TAG)
+                        .map(|t| t.value().to_owned())
+                });
+                match owner {
+                    Some(owner) if owner != d.cluster => {
+                        return Err(StepError::ForeignRole {
+                            role: d.node_role.clone(),
+                            owner,
+                            cluster: d.cluster.clone(),
+                        });
+                    }
+                    Some(_) => {}
+                    None => {
+                        if self.write(
+                            "iam:TagRole",
+                            format!(
+                                "{} {}={}",
+                                d.node_role,
+                                crate::store::CLUSTER_TAG,
+                                d.cluster
+                            ),
+                        ) {
+                            self.iam
+                                .tag_role()
+                                .role_name(&d.node_role)
+                                .tags(
+                                    aws_sdk_iam::types::Tag::builder()
+                                        .key(crate::store::CLUSTER_TAG)
+                                        .value(&d.cluster)
+                                        .build()?,
+                                )
+                                .send()
+                                .await
+                                .map_err(|e| AwsCallError::from_sdk("iam:TagRole", &e))?;
+                        }
+                    }
+                }
                 self.out.unchanged.push(format!("role {}", d.node_role));
                 let current = r
                     .role()
@@ -596,8 +673,11 @@ impl Run<'_> {
         self.create_tag(missing, &key, "owned").await
     }
 
-    async fn api_port(&mut self, d: &AwsDesired) -> Result<(), StepError> {
-        // The node security groups: by ID, or found by their discovery tag.
+    /// The node security groups: by ID, or found by their discovery tag.
+    pub(crate) async fn node_security_groups(
+        &mut self,
+        d: &AwsDesired,
+    ) -> Result<BTreeSet<String>, StepError> {
         let mut nodes: BTreeSet<String> = d.security_group_ids.iter().cloned().collect();
         if let Some((key, value)) = &d.security_group_tag {
             self.out.reads += 1;
@@ -619,6 +699,11 @@ impl Run<'_> {
                     .filter_map(|g| g.group_id().map(str::to_owned)),
             );
         }
+        Ok(nodes)
+    }
+
+    async fn api_port(&mut self, d: &AwsDesired) -> Result<(), StepError> {
+        let nodes = self.node_security_groups(d).await?;
         if nodes.is_empty() {
             self.out
                 .notes
@@ -687,9 +772,13 @@ pub async fn reconcile(
 ) -> Result<AwsOutcome, AwsApplyError> {
     let iam = aws_sdk_iam::Client::new(sdk);
     let ec2 = aws_sdk_ec2::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let events = aws_sdk_eventbridge::Client::new(sdk);
     let mut run = Run {
         iam: &iam,
         ec2: &ec2,
+        sqs: &sqs,
+        events: &events,
         plan_only,
         out: AwsOutcome::default(),
     };
@@ -720,7 +809,11 @@ pub async fn reconcile(
                 .await
             }
             8 => run.kubean_instances(desired).await,
-            _ => run.api_port(desired).await,
+            9 => run.api_port(desired).await,
+            10 => run.efa_self_rule(desired).await,
+            11 => run.interruption_queue(desired).await,
+            12 => run.interruption_rules(desired).await,
+            _ => run.interruption_prune(desired).await,
         };
         if let Err(error) = result {
             // The refused write is not among the done ones.

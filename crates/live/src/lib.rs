@@ -1,12 +1,21 @@
-//! The network edge: building kube clients the way kubectl does, applying objects in
-//! order with server-side apply, and the apiserver's own words when it refuses one.
+//! The network edge: everything that talks to a kube-apiserver or to AWS (EC2, IAM, SSM,
+//! Secrets Manager).
 //!
-//! Owns the network calls to the kube-apiserver and AWS (SSM, Secrets Manager). Must not hold
-//! domain rules — rendering, linting and planning stay in the pure crates — and must not put
-//! secrets in logs, argv or world-readable files.
+//! - Clients: [`client`] builds kube clients the way kubectl does; [`kubeconf`] reads the
+//!   kubeconfig Kubean stored for the cluster it built; [`cahash`] the CA hash a join pins.
+//! - `apply`: [`apply`] server-side-applies objects in order and keeps the apiserver's own
+//!   words when it refuses one; [`aws_apply`] does apply's AWS side; [`aws_error`] is the one
+//!   shape of a failed EC2 or IAM call.
+//! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
+//!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
+//! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
+//!   checks), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates).
 //!
-//! Everything else in the workspace is pure; this crate and the CLI do the I/O.
+//! Must not hold domain rules — rendering, linting and planning stay in the pure crates — and
+//! must not put secrets in logs, argv or world-readable files. Everything else in the
+//! workspace is pure but the CLI, which reads files and calls this crate.
 
+pub mod ami;
 pub mod apply;
 pub mod aws_apply;
 pub mod aws_error;
@@ -15,6 +24,8 @@ pub mod client;
 pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
+pub mod efa_apply;
+pub mod interruption_apply;
 pub mod kubeconf;
 pub mod store;
 #[doc(hidden)]

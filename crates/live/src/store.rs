@@ -39,10 +39,11 @@ pub enum StoreKind {
 impl StoreKind {
     /// The default store name for a cluster, as `kk_spec::names::join_store` spells it.
     pub fn default_name(self, cluster: &str) -> String {
-        match self {
-            StoreKind::Ssm => format!("/kubean-karpenter/{cluster}/join"),
-            StoreKind::SecretsManager => format!("kubean-karpenter/{cluster}/join"),
-        }
+        let mode = match self {
+            StoreKind::Ssm => kk_spec::JoinMode::Ssm,
+            StoreKind::SecretsManager => kk_spec::JoinMode::SecretsManager,
+        };
+        kk_spec::names::default_join_store(mode, cluster)
     }
 
     pub fn from_join_mode(mode: kk_spec::JoinMode) -> Option<Self> {

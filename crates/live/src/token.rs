@@ -334,16 +334,16 @@ fn api(client: &Client) -> Api<Secret> {
     Api::namespaced(client.clone(), NAMESPACE)
 }
 
-/// The longest TTL `token create` and the rotator accept without an explicit opt-in: a
-/// stolen token is good for at most a day. The rotator's default is 2 h.
+/// The longest TTL `token create` and the rotator accept: a stolen token is good for at most a
+/// day. The rotator's default is 2 h. There is no opt-in past it (finding #3 of issue 24: a
+/// static token baked into userData was the one reason for one, and static mode is lab-only).
 pub const TTL_CEILING: Duration = Duration::from_secs(24 * 3600);
 
-/// Refuses a TTL over [`TTL_CEILING`] unless `allow_long` (static mode, where the token is
-/// baked into userData, may need one: an explicit, visible decision).
-pub fn check_ttl_ceiling(ttl: Duration, allow_long: bool) -> Result<(), TokenError> {
-    if ttl > TTL_CEILING && !allow_long {
+/// Refuses a TTL over [`TTL_CEILING`].
+pub fn check_ttl_ceiling(ttl: Duration) -> Result<(), TokenError> {
+    if ttl > TTL_CEILING {
         return Err(TokenError::BadTtl(format!(
-            "{} is over the {} ceiling: a stolen token would stay valid that long; pass --allow-long-ttl to accept it (static join mode only)",
+            "{} is over the {} ceiling: a stolen token would stay valid that long (the rotator keeps a short-lived token valid in the store modes)",
             format_duration(ttl),
             format_duration(TTL_CEILING)
         )));

@@ -23,6 +23,9 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
+mod interruption;
+pub use interruption::Reclaim;
+
 pub const RUN_LABEL: &str = "kubean-karpenter.io/verify-run";
 
 /// What proves the CUDA pod passed.
@@ -49,6 +52,9 @@ pub struct VerifyOptions {
     pub phase_timeout: Duration,
     pub cuda: CudaProof,
     pub run_id: String,
+    /// `--interruption`: the CPU pools' workloads ask for spot capacity (the node verify then
+    /// reclaims with a spot warning).
+    pub interruption: bool,
 }
 
 /// A phase that happened, and when (since the pool's workload was created).
@@ -154,6 +160,7 @@ pub const PHASES: &[(&str, &str)] = &[
 pub fn causes_of(phase: &str) -> Vec<String> {
     PHASES
         .iter()
+        .chain(interruption::PHASES)
         .filter(|(p, _)| *p == phase)
         .map(|(_, c)| (*c).to_owned())
         .collect()
@@ -209,6 +216,10 @@ pub fn workload_for(target: &PoolTarget, options: &VerifyOptions) -> Value {
         w["spec"]["selector"] = json!({"matchLabels": {"app": name}});
         w["spec"]["template"]["metadata"]["labels"] =
             json!({"app": name, RUN_LABEL: options.run_id});
+        if options.interruption && !target.gpu {
+            w["spec"]["template"]["spec"]["nodeSelector"]["karpenter.sh/capacity-type"] =
+                json!("spot");
+        }
     }
     w
 }
@@ -229,6 +240,16 @@ enum Wait<T> {
 }
 
 impl Follower<'_> {
+    /// A phase that happened now (an action of verify's own).
+    fn record(&mut self, name: &str) {
+        let at = self.started.elapsed();
+        self.phases.push(Phase {
+            name: name.to_owned(),
+            at,
+        });
+        (self.progress)(&self.pool, name, at);
+    }
+
     /// Polls `probe` every second until it returns `Ok(Some)`; `Ok(None)` keeps waiting, and
     /// the last evidence it left is reported if the phase stalls.
     async fn phase<T>(
@@ -300,11 +321,13 @@ fn pod_summary(p: &Pod) -> String {
 }
 
 /// Proves one pool; `progress(pool, phase, at)` is called as each phase happens, and
-/// `waiting(pool, phase, for)` about once a second while a phase has not happened yet.
+/// `waiting(pool, phase, for)` about once a second while a phase has not happened yet. With
+/// `reclaim` (a CPU pool), the node verify launched is then reclaimed with a spot warning.
 pub async fn verify_pool(
     client: &Client,
     target: &PoolTarget,
     options: &VerifyOptions,
+    reclaim: Option<&Reclaim<'_>>,
     progress: &(dyn Fn(&str, &str, Duration) + Sync),
     waiting: &(dyn Fn(&str, &str, Duration) + Sync),
 ) -> PoolResult {
@@ -317,7 +340,7 @@ pub async fn verify_pool(
         waiting,
         pool: target.pool.clone(),
     };
-    let outcome = match follow(&mut f, target, options).await {
+    let outcome = match follow(&mut f, target, options, reclaim).await {
         Ok(o) => o,
         Err(e) => Outcome::Error(crate::token::error_chain(&e)),
     };
@@ -373,6 +396,7 @@ async fn follow(
     f: &mut Follower<'_>,
     target: &PoolTarget,
     options: &VerifyOptions,
+    reclaim: Option<&Reclaim<'_>>,
 ) -> Result<Outcome, kube::Error> {
     let client = f.client.clone();
     let ns = options.namespace.clone();
@@ -409,6 +433,12 @@ async fn follow(
         // Room on an existing node: no scale-up to prove.
         Ok(list.iter().all(is_running).then_some(true))
     });
+    if existing_capacity && reclaim.is_some() {
+        return Ok(Outcome::Error(format!(
+            "--interruption refused: the pods fit on existing {} capacity, so verify launched no node, and it reclaims only a node it launched; nothing was sent (scale the pool to zero first)",
+            target.pool
+        )));
+    }
     if existing_capacity {
         return Ok(Outcome::Passed {
             note: Some(format!(
@@ -471,6 +501,17 @@ async fn follow(
         Ok(None)
     });
     if !target.gpu {
+        if let Some(reclaim) = reclaim {
+            return interruption::reclaim(
+                f,
+                reclaim,
+                &claim_name,
+                &pods,
+                &selector,
+                &options.run_id,
+            )
+            .await;
+        }
         return Ok(Outcome::Passed { note: None });
     }
     let nodes: Api<Node> = Api::all(client.clone());

@@ -41,6 +41,8 @@ pub struct EC2NodeClassSpec {
     pub subnet_selector_terms: Vec<SelectorTerm>,
     #[serde(default)]
     pub security_group_selector_terms: Vec<SelectorTerm>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +96,23 @@ pub struct SelectorTerm {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A `capacityReservationSelectorTerms` entry: an `id`, or `tags` / `ownerID` /
+/// `instanceMatchCriteria`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityReservationSelectorTerm {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    #[serde(rename = "ownerID", default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_match_criteria: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }

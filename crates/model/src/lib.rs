@@ -8,6 +8,7 @@
 //! turns text into values that remember where they came from.
 
 pub mod error;
+pub mod image;
 pub mod karpenter;
 pub mod kubean;
 pub mod path;

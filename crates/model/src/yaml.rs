@@ -43,6 +43,9 @@ pub struct LoadLimits {
     pub max_depth: usize,
     /// Most values built in total, counting every alias expansion.
     pub max_nodes: usize,
+    /// Most bytes of scalars and keys built in total, counting every alias expansion: one
+    /// large scalar aliased many times is few values but many bytes.
+    pub max_expanded_bytes: usize,
 }
 
 impl Default for LoadLimits {
@@ -51,6 +54,7 @@ impl Default for LoadLimits {
             max_bytes: 16 * 1024 * 1024,
             max_depth: 64,
             max_nodes: 2_000_000,
+            max_expanded_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -65,9 +69,69 @@ pub struct Document {
     pub key_positions: BTreeMap<FieldPath, Pos>,
     /// The document's first position, for errors about the whole document.
     pub start: Pos,
+    /// Where each scalar value was written, as a character range of the source (quotes
+    /// included), for tools that edit one value in place ([`Document::scalar_byte_range`]).
+    pub scalar_spans: BTreeMap<FieldPath, std::ops::Range<usize>>,
 }
 
 impl Document {
+    /// The byte range in `text` (the source this document was loaded from) of the scalar at
+    /// `path`, quotes included; `None` if the path holds no scalar written in the source (a
+    /// mapping, a sequence, or a value an alias expanded).
+    pub fn scalar_byte_range(
+        &self,
+        text: &str,
+        path: &FieldPath,
+    ) -> Option<std::ops::Range<usize>> {
+        let chars = self.scalar_spans.get(path)?;
+        let mut offsets = text
+            .char_indices()
+            .map(|(byte, _)| byte)
+            .chain(std::iter::once(text.len()));
+        let start = offsets.nth(chars.start)?;
+        let end = if chars.end == chars.start {
+            start
+        } else {
+            offsets.nth(chars.end - chars.start - 1)?
+        };
+        // The parser's span starts at the node's properties (`&anchor`, `!tag`), if any.
+        let mut start = start;
+        while let Some(rest) = text.get(start..end)
+            && (rest.starts_with('&') || rest.starts_with('!'))
+        {
+            let property = rest.find(char::is_whitespace)?;
+            let value = rest[property..].find(|c: char| !c.is_whitespace())?;
+            start += property + value;
+        }
+        // A quoted scalar's span may run past its closing quote (over spaces and a comment):
+        // end it at the quote that closes it.
+        let written = text.get(start..end)?;
+        let end = match written.chars().next() {
+            Some('"') => {
+                let mut escaped = false;
+                let close = written[1..].char_indices().find(|&(_, c)| {
+                    let closes = c == '"' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    closes
+                })?;
+                start + 1 + close.0 + 1
+            }
+            Some('\'') => {
+                let bytes = written.as_bytes();
+                let mut i = 1;
+                loop {
+                    match bytes.get(i)? {
+                        b'\'' if bytes.get(i + 1) == Some(&b'\'') => i += 2,
+                        b'\'' => break start + i + 1,
+                        _ => i += 1,
+                    }
+                }
+            }
+            _ => end,
+        };
+        Some(start..end)
+    }
+
     /// The position of `path`, or of the nearest ancestor that has one.
     pub fn pos(&self, path: &FieldPath) -> Pos {
         let mut current = Some(path.clone());
@@ -113,6 +177,7 @@ pub fn load_documents(text: &str, limits: LoadLimits) -> Result<Vec<Document>, Y
         parser: Parser::new_from_str(text),
         limits,
         nodes: 0,
+        bytes: 0,
         anchors: HashMap::new(),
     };
     builder.stream()
@@ -122,6 +187,8 @@ struct Builder<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
     limits: LoadLimits,
     nodes: usize,
+    /// Bytes of scalars and keys built so far, alias expansions included.
+    bytes: usize,
     /// Anchored values with their positions relative to the anchor, for alias expansion.
     anchors: HashMap<usize, Anchored>,
 }
@@ -129,12 +196,15 @@ struct Builder<'a> {
 #[derive(Clone)]
 struct Anchored {
     value: Value,
+    /// Values and bytes one expansion adds.
     size: usize,
+    bytes: usize,
 }
 
 struct Tables {
     positions: BTreeMap<FieldPath, Pos>,
     key_positions: BTreeMap<FieldPath, Pos>,
+    scalar_spans: BTreeMap<FieldPath, std::ops::Range<usize>>,
 }
 
 impl<'a> Builder<'a> {
@@ -168,6 +238,7 @@ impl<'a> Builder<'a> {
                     let mut tables = Tables {
                         positions: BTreeMap::new(),
                         key_positions: BTreeMap::new(),
+                        scalar_spans: BTreeMap::new(),
                     };
                     let (first, first_span) = self.next()?;
                     if matches!(first, Event::DocumentEnd) {
@@ -189,6 +260,7 @@ impl<'a> Builder<'a> {
                         positions: tables.positions,
                         key_positions: tables.key_positions,
                         start,
+                        scalar_spans: tables.scalar_spans,
                     });
                 }
                 other => {
@@ -201,14 +273,24 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn count(&mut self, added: usize, span: &Span) -> Result<(), YamlError> {
+    fn count(&mut self, added: usize, added_bytes: usize, span: &Span) -> Result<(), YamlError> {
         self.nodes = self.nodes.saturating_add(added);
+        self.bytes = self.bytes.saturating_add(added_bytes);
         if self.nodes > self.limits.max_nodes {
             return Err(YamlError {
                 pos: pos_of(span),
                 message: format!(
                     "document expands to more than {} values (alias expansion bomb?)",
                     self.limits.max_nodes
+                ),
+            });
+        }
+        if self.bytes > self.limits.max_expanded_bytes {
+            return Err(YamlError {
+                pos: pos_of(span),
+                message: format!(
+                    "document expands to more than {} bytes (alias expansion bomb?)",
+                    self.limits.max_expanded_bytes
                 ),
             });
         }
@@ -230,10 +312,17 @@ impl<'a> Builder<'a> {
             });
         }
         tables.positions.insert(path.clone(), pos_of(&span));
-        let start_nodes = self.nodes;
-        self.count(1, &span)?;
+        let (start_nodes, start_bytes) = (self.nodes, self.bytes);
+        let scalar_bytes = match &event {
+            Event::Scalar(text, ..) => text.len(),
+            _ => 0,
+        };
+        self.count(1, scalar_bytes, &span)?;
         let (value, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
+                tables
+                    .scalar_spans
+                    .insert(path.clone(), span.start.index()..span.end.index());
                 let tag = tag.map(|t| t.suffix.clone());
                 (scalar(&text, style, tag.as_deref()), anchor)
             }
@@ -283,6 +372,7 @@ impl<'a> Builder<'a> {
                             message: format!("duplicate key {key:?}"),
                         });
                     }
+                    self.count(0, key.len(), &key_span)?;
                     let child = path.key(&key);
                     tables
                         .key_positions
@@ -294,7 +384,7 @@ impl<'a> Builder<'a> {
                 (Value::Object(map), anchor)
             }
             Event::Alias(id) => {
-                let Some(anchored) = self.anchors.get(&id).cloned() else {
+                let Some(anchored) = self.anchors.get(&id) else {
                     return Err(YamlError {
                         pos: pos_of(&span),
                         message: "alias to an unknown anchor".into(),
@@ -306,9 +396,12 @@ impl<'a> Builder<'a> {
                         message: format!("nesting deeper than {} levels", self.limits.max_depth),
                     });
                 }
-                self.count(anchored.size, &span)?;
-                record_positions(&anchored.value, path, pos_of(&span), tables);
-                return Ok(anchored.value);
+                // Counted before the copy is made: a refused expansion allocates nothing.
+                let (size, bytes) = (anchored.size, anchored.bytes);
+                self.count(size, bytes, &span)?;
+                let value = self.anchors[&id].value.clone();
+                record_positions(&value, path, pos_of(&span), tables);
+                return Ok(value);
             }
             other => {
                 return Err(YamlError {
@@ -319,11 +412,13 @@ impl<'a> Builder<'a> {
         };
         if anchor > 0 {
             let size = self.nodes - start_nodes;
+            let bytes = self.bytes - start_bytes;
             self.anchors.insert(
                 anchor,
                 Anchored {
                     value: value.clone(),
                     size,
+                    bytes,
                 },
             );
         }
@@ -448,6 +543,27 @@ mod tests {
     }
 
     #[test]
+    fn scalar_byte_ranges_cover_the_written_value() {
+        let text = "# café — spec\na: plain  # note\nb: {id: ami-1, x: 'q v'}\nc: \"dq\"\nd: [1]\ne: &x y\nf: *x\ng: !!str 7\nh: \"a\\\"b\"   # c \"q\"\ni: 'it''s'  # d\n";
+        let doc = load(text).unwrap().remove(0);
+        let at = |p: &str| {
+            doc.scalar_byte_range(text, &FieldPath::parse(p))
+                .map(|r| &text[r])
+        };
+        assert_eq!(at("a"), Some("plain"));
+        assert_eq!(at("b.id"), Some("ami-1"));
+        assert_eq!(at("b.x"), Some("'q v'"));
+        assert_eq!(at("c"), Some("\"dq\""));
+        assert_eq!(at("d[0]"), Some("1"));
+        assert_eq!(at("e"), Some("y"));
+        assert_eq!(at("g"), Some("7"));
+        assert_eq!(at("h"), Some("\"a\\\"b\""));
+        assert_eq!(at("i"), Some("'it''s'"));
+        assert_eq!(at("f"), None, "an alias is not where the value was written");
+        assert_eq!(at("d"), None, "a sequence is not a scalar");
+    }
+
+    #[test]
     fn values_and_positions() {
         let docs = load("a: 1\nb:\n  - x\n  - \"2\"\n---\n# empty\n---\nc: true\n").unwrap();
         assert_eq!(docs.len(), 2);
@@ -497,6 +613,33 @@ mod tests {
         }
         let err = load(&text).unwrap_err();
         assert!(err.message.contains("alias expansion"), "{err}");
+    }
+
+    /// The attack: one large scalar aliased many times is few values (under the value budget)
+    /// but gigabytes once expanded; the byte budget refuses it at the alias that crosses it.
+    #[test]
+    fn one_large_scalar_aliased_many_times_hits_the_byte_budget() {
+        let big = "x".repeat(1024 * 1024);
+        let mut text = format!("big: &b \"{big}\"\ncopies:\n");
+        for _ in 0..100 {
+            text.push_str("  - *b\n");
+        }
+        let err = load(&text).unwrap_err();
+        assert!(
+            err.message.contains("bytes (alias expansion bomb?)"),
+            "{err}"
+        );
+        // At the alias that crossed 64 MiB: line 1 is the anchored 1 MiB (plus the keys'
+        // bytes), line 2 `copies:`, so the 63rd alias (line 65) is the first past the budget.
+        assert_eq!(err.pos, Pos { line: 65, col: 5 });
+        // The issue's own figure: an 8 MB scalar aliased a million times (11 MB of text).
+        let big = "x".repeat(8_000_000);
+        let mut text = format!("big: &b {big}\ncopies: [");
+        text.push_str(&"*b, ".repeat(1_000_000));
+        text.push_str("*b]\n");
+        let err = load(&text).unwrap_err();
+        assert!(err.message.contains("bytes"), "{err}");
+        assert_eq!(err.pos.line, 2);
     }
 
     #[test]

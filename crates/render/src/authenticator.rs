@@ -17,7 +17,7 @@
 //! alternative, `{{EC2PrivateDNSName}}`, would need `ec2:DescribeInstances` on every cache miss.
 
 use base64::Engine;
-use kk_spec::{ElasticCluster, IamAuthenticator, JoinMethod};
+use kk_spec::{ElasticCluster, IamAuthenticator, JoinMethod, images, versions};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use x509_cert::Certificate;
@@ -122,7 +122,7 @@ fn labels() -> Value {
     json!({ "k8s-app": NAME, MANAGED_BY.0: MANAGED_BY.1 })
 }
 
-fn daemon_set(auth: &IamAuthenticator, config_text: &str) -> Value {
+fn daemon_set(cluster: &ElasticCluster, auth: &IamAuthenticator, config_text: &str) -> Value {
     let digest = Sha256::digest(config_text.as_bytes());
     let config_hash: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     json!({
@@ -157,7 +157,8 @@ fn daemon_set(auth: &IamAuthenticator, config_text: &str) -> Value {
                     },
                     "containers": [{
                         "name": NAME,
-                        "image": auth.image,
+                        "image": images::reference_of(&cluster.spec, versions::IAM_AUTHENTICATOR)
+                            .unwrap_or_else(|| auth.image.clone()),
                         "args": ["server", format!("--config={CONFIG_DIR}/config.yaml")],
                         "ports": [{ "name": "webhook", "containerPort": auth.port, "protocol": "TCP" }],
                         "livenessProbe": {
@@ -255,7 +256,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     });
     bundle.add_yaml(
         "authenticator/aws-iam-authenticator.yaml",
-        &[config_map, daemon_set(auth, &config_text)],
+        &[config_map, daemon_set(cluster, auth, &config_text)],
     )?;
     let kubeconfig =
         serde_saphyr::to_string(&webhook_kubeconfig(auth)).map_err(|e| RenderError::Serialize {

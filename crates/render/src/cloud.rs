@@ -1,9 +1,10 @@
-//! `cloud/`: the AWS cloud controller manager (pinned to control-plane nodes) and Helm values
-//! for the EBS CSI driver — seed workflow step 2. Kubelets run `--cloud-provider=external`,
+//! `cloud/`: the AWS cloud controller manager (pinned to control-plane nodes), the policy that
+//! holds instance-named Nodes to their instance (`node_registration`), and Helm values for the
+//! EBS CSI driver — seed workflow step 2. Kubelets run `--cloud-provider=external`,
 //! so until the CCM runs no node loses `node.cloudprovider.kubernetes.io/uninitialized`
 //! and Karpenter never sees one initialized.
 
-use kk_spec::ElasticCluster;
+use kk_spec::{ElasticCluster, images, versions};
 use serde_json::{Value, json};
 
 use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
@@ -29,14 +30,11 @@ pub fn cloud_config(cluster: &ElasticCluster) -> String {
     )
 }
 
-fn ccm_image(kubernetes_version: &str) -> String {
-    // The CCM is released per Kubernetes minor, v1.<minor>.x; pin the matching line.
-    let minor = kubernetes_version
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .unwrap_or("35");
-    format!("registry.k8s.io/provider-aws/cloud-controller-manager:v1.{minor}.0")
+/// The CCM is released per Kubernetes minor: the versions table's newest release of the control
+/// plane's minor (v1.35.3 for 1.35: v1.35.0/.1 lack the nil-State fix, cloud-provider-aws#1365),
+/// or the spec's `images.cloud-controller-manager`.
+fn ccm_image(cluster: &ElasticCluster) -> String {
+    images::resolve(&cluster.spec, versions::CLOUD_CONTROLLER_MANAGER).reference()
 }
 
 fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
@@ -98,7 +96,7 @@ fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
                         "hostNetwork": true,
                         "containers": [{
                             "name": NAME,
-                            "image": ccm_image(&cluster.spec.kubernetes_version),
+                            "image": ccm_image(cluster),
                             "args": [
                                 "--v=2",
                                 "--cloud-provider=aws",
@@ -119,7 +117,7 @@ fn ccm(cluster: &ElasticCluster) -> Vec<Value> {
 }
 
 fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
-    json!({
+    let mut values = json!({
         "controller": {
             "region": cluster.spec.aws.region,
             "nodeSelector": { INFRA_ROLE_LABEL: "" },
@@ -130,10 +128,35 @@ fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
             // Every node, Karpenter's included, needs the node plugin to mount volumes.
             "tolerateAllTaints": true,
         },
-    })
+    });
+    // An overridden chart image (a mirror, a digest): the chart writes `repository:tag`, so a
+    // digest rides in the tag (`v1.64.0@sha256:...`).
+    for key in images::overridable_keys() {
+        let Some(values_key) = images::chart_values_key(&key) else {
+            continue;
+        };
+        if !cluster.spec.images.contains_key(&key) && cluster.spec.registry.is_none() {
+            continue;
+        }
+        let image = images::resolve(&cluster.spec, &key);
+        let tag = match &image.digest {
+            Some(d) => format!("{}@{d}", image.tag),
+            None => image.tag.clone(),
+        };
+        let mut at = &mut values;
+        for part in values_key.split('.') {
+            at = &mut at[part];
+        }
+        *at = json!({ "repository": image.repository, "tag": tag });
+    }
+    values
 }
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     bundle.add_yaml("cloud/aws-cloud-controller-manager.yaml", &ccm(cluster))?;
+    bundle.add_yaml(
+        "cloud/node-registration-policy.yaml",
+        &crate::node_registration::manifests(),
+    )?;
     bundle.add_values("cloud/ebs-csi-values.yaml", ebs_csi_values(cluster))
 }

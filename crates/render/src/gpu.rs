@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use kk_spec::{ElasticCluster, PoolType};
+use kk_spec::{ElasticCluster, PoolType, images, versions};
 use serde_json::{Value, json};
 
 use crate::names::{ACCELERATOR_LABEL, MANAGED_BY};
@@ -16,6 +16,8 @@ use crate::{Bundle, RenderError};
 pub const NAMESPACE: &str = "kube-system";
 pub const NAME: &str = "nvidia-device-plugin";
 const TIME_SLICING_CONFIG: &str = "nvidia-device-plugin-time-slicing";
+const DEVICE_PLUGINS_VOLUME: &str = "kubelet-device-plugins-dir";
+const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     let spec = &cluster.spec;
@@ -24,9 +26,9 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         .iter()
         .filter(|p| p.pool_type == PoolType::Gpu)
         .collect();
-    let Some(stack) = &spec.gpu else {
+    if spec.gpu.is_none() {
         return Ok(());
-    };
+    }
     if gpu_pools.is_empty() {
         return Ok(());
     }
@@ -55,28 +57,33 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         .map(|g| g.sharing_replicas)
         .max()
         .unwrap_or(1);
-    // Compared with NVIDIA's static manifest for v0.17.x (NVIDIA/k8s-device-plugin
-    // deployments/static/nvidia-device-plugin.yml at v0.17.0): the same unprivileged container
+    // Compared with NVIDIA's static manifest (NVIDIA/k8s-device-plugin
+    // deployments/static/nvidia-device-plugin.yml at v0.20.0): the same unprivileged container
     // (allowPrivilegeEscalation false, all capabilities dropped), the same device-plugins
-    // hostPath and system-node-critical priority. Two deliberate differences:
+    // hostPath volume (named kubelet-device-plugins-dir, `type: Directory`: the pod does not
+    // start on a node whose kubelet has no device-plugins directory, instead of creating an
+    // empty one the kubelet never reads) and system-node-critical priority. Two deliberate
+    // differences:
     // - tolerations: upstream tolerates nvidia.com/gpu:NoSchedule on every node; ours tolerates
     //   exactly the GPU pools' taints and selects only GPU nodes.
-    // - FAIL_ON_INIT_ERROR: upstream false, because its DaemonSet runs on every node and must
-    //   idle, not crash, where there is no GPU. Ours runs only on GPU nodes, where an init error
+    // - fail-on-init-error: v0.20.0's manifest no longer sets FAIL_ON_INIT_ERROR=false (v0.17
+    //   did, because that DaemonSet runs on every node and must idle, not crash, where there is
+    //   no GPU); the binary's own default is true. Ours runs only on GPU nodes, where an init error
     //   means the node can never advertise nvidia.com/gpu: true makes that a CrashLoopBackOff in
     //   `kubectl get pods -A` (the seed's first check) instead of a Running pod that hides it.
     //   Karpenter treats both alike (the node never initializes); the userData now stops the boot
-    //   before joining when the NVIDIA runtime is not active, so this is the last line.
+    //   before joining when the NVIDIA runtime is not active, so this is the last line. We keep
+    //   the flag explicit so a future default cannot change it silently.
     let mut container = json!({
         "name": NAME,
-        "image": format!("nvcr.io/nvidia/k8s-device-plugin:{}", stack.device_plugin_version),
+        "image": images::resolve(spec, versions::DEVICE_PLUGIN).reference(),
         "args": ["--fail-on-init-error=true"],
         "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } },
-        "volumeMounts": [{ "name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins" }],
+        "volumeMounts": [{ "name": DEVICE_PLUGINS_VOLUME, "mountPath": DEVICE_PLUGINS_DIR }],
         "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
     });
     let mut volumes = vec![
-        json!({ "name": "device-plugin", "hostPath": { "path": "/var/lib/kubelet/device-plugins" } }),
+        json!({ "name": DEVICE_PLUGINS_VOLUME, "hostPath": { "path": DEVICE_PLUGINS_DIR, "type": "Directory" } }),
     ];
     let mut docs = Vec::new();
     if replicas > 1 {

@@ -182,12 +182,12 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
             None,
         ));
     }
-    let queue = &cluster.spec.karpenter.interruption_queue;
-    if !queue.is_empty() {
+    // Only the interruption queue's ARN: validate refuses a queue name that would widen it.
+    if let Some(queue) = kk_spec::interruption::queue_name(cluster) {
         statements.push(statement(
             "AllowInterruptionQueueActions",
             &["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
-            json!(format!("arn:{p}:sqs:{r}:{acct}:{queue}")),
+            json!(kk_spec::interruption::queue_arn(cluster, &queue)),
             None,
         ));
     }
@@ -377,31 +377,45 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         }
         None => json!({ "ids": d.ids, "apply": "selected by ID: no tag needed" }),
     };
-    bundle.add_json(
-        "iam/discovery.json",
-        &json!({
-            "controllerPolicy": controller_identity,
-            "subnets": tag_target(&aws.subnets, "private subnets"),
-            "securityGroups": tag_target(&aws.security_groups, "node security group"),
-            "controlPlaneSecurityGroup": {
-                "id": aws.control_plane_security_group_id,
-                "apply": format!(
-                    "allow TCP {port} from the node security group (and from the load balancer, if it does not preserve client IPs): the apiservers listen on {port} (kube_apiserver_port)",
-                    port = spec.api_server.port
-                ),
-            },
-            // Karpenter tags what it launches itself (and the EC2NodeClass CEL rules forbid
-            // kubernetes.io/cluster tags there); the Kubean-built instances need it by hand.
-            "kubeanInstances": {
-                "tag": { "key": format!("kubernetes.io/cluster/{}", cluster.metadata.name), "value": "owned" },
-                "apply": "tag every Kubean-built instance (control plane, etcd, infra) so the AWS cloud controller manager counts them in this cluster",
-            },
-            "apiServerLoadBalancer": format!(
-                "listen on {dns}:{port} and forward to TCP {port} on every control-plane node",
-                dns = spec.api_server.dns_name,
+    let mut discovery = json!({
+        "controllerPolicy": controller_identity,
+        "subnets": tag_target(&aws.subnets, "private subnets"),
+        "securityGroups": tag_target(&aws.security_groups, "node security group"),
+        "controlPlaneSecurityGroup": {
+            "id": aws.control_plane_security_group_id,
+            "apply": format!(
+                "allow TCP {port} from the node security group (and from the load balancer, if it does not preserve client IPs): the apiservers listen on {port} (kube_apiserver_port)",
                 port = spec.api_server.port
             ),
-        }),
-    )?;
+        },
+        // Karpenter tags what it launches itself (and the EC2NodeClass CEL rules forbid
+        // kubernetes.io/cluster tags there); the Kubean-built instances need it by hand.
+        "kubeanInstances": {
+            "tag": { "key": format!("kubernetes.io/cluster/{}", cluster.metadata.name), "value": "owned" },
+            "apply": "tag every Kubean-built instance (control plane, etcd, infra) so the AWS cloud controller manager counts them in this cluster",
+        },
+        "apiServerLoadBalancer": format!(
+            "listen on {dns}:{port} and forward to TCP {port} on every control-plane node",
+            dns = spec.api_server.dns_name,
+            port = spec.api_server.port
+        ),
+    });
+    // EFA traffic between nodes (NCCL over libfabric) needs every protocol and port open
+    // between the EFA interfaces, which carry the node security groups: each group admits all
+    // traffic from itself, inbound and outbound (EC2's EFA security-group requirement).
+    let efa_pools: Vec<&str> = spec
+        .pools
+        .iter()
+        .filter(|p| p.efa)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !efa_pools.is_empty() {
+        discovery["efaSecurityGroups"] = json!({
+            "groups": tag_target(&aws.security_groups, "node security group"),
+            "pools": efa_pools,
+            "apply": "on every node security group: allow all traffic (protocol -1, every port) inbound from itself and outbound to itself",
+        });
+    }
+    bundle.add_json("iam/discovery.json", &discovery)?;
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! `rotator/join-rbac.yaml`: what a kubean-karpenter join token may do, and what the
-//! controller's CSR approver may do.
+//! `rotator/join-rbac.yaml`: what a kubean-karpenter join token may do (the CSR approver's
+//! own rights are in `csr_approver.rs`).
 //!
 //! Our tokens put their holders in `system:bootstrappers:kubean-karpenter`
 //! ([`names::JOIN_TOKEN_GROUP`]), bound here only to what `kubeadm join` needs: create (and
@@ -15,12 +15,6 @@ use serde_json::{Value, json};
 
 use crate::names::{self, MANAGED_BY};
 use crate::{Bundle, RenderError};
-
-/// The controller's service account (the rotator's Deployment runs the approver too).
-const CONTROLLER_SA: &str = "kubean-karpenter-rotator";
-const APPROVER: &str = "kubean-karpenter:csr-approver";
-/// The signer the kubelet's TLS bootstrap asks for.
-const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
 fn binding(
     kind: &str,
@@ -42,10 +36,8 @@ fn binding(
     })
 }
 
-fn manifests(cluster: &ElasticCluster) -> Vec<Value> {
+fn manifests() -> Vec<Value> {
     let group = json!({ "apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": names::JOIN_TOKEN_GROUP });
-    let sa = json!({ "kind": "ServiceAccount", "name": CONTROLLER_SA, "namespace": cluster.spec.karpenter.namespace });
-    let labels = json!({ MANAGED_BY.0: MANAGED_BY.1 });
     vec![
         // What `kubeadm join` does with the token (kubernetes/kubernetes cmd/kubeadm/app/
         // phases/bootstraptoken/node and uploadconfig: the same four grants kubeadm gives
@@ -78,26 +70,6 @@ fn manifests(cluster: &ElasticCluster) -> Vec<Value> {
             ("Role", "kubeadm:kubelet-config"),
             group,
         ),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": { "name": APPROVER, "labels": labels },
-            "rules": [
-                { "apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get", "list", "watch"] },
-                { "apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval"], "verbs": ["update"] },
-                // Approving and denying both need `approve` on the signer: only the kubelet
-                // client signer, so a serving or custom-signer CSR cannot be approved by us.
-                { "apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "resourceNames": [KUBELET_CLIENT_SIGNER], "verbs": ["approve"] },
-                { "apiGroups": ["karpenter.sh"], "resources": ["nodeclaims"], "verbs": ["get", "list", "watch"] },
-                { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"] },
-            ],
-        }),
-        binding(
-            "ClusterRoleBinding",
-            APPROVER,
-            None,
-            ("ClusterRole", APPROVER),
-            sa,
-        ),
     ]
 }
 
@@ -106,5 +78,5 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     if cluster.spec.join.mode == JoinMode::Static {
         return Ok(());
     }
-    bundle.add_yaml("rotator/join-rbac.yaml", &manifests(cluster))
+    bundle.add_yaml("rotator/join-rbac.yaml", &manifests())
 }

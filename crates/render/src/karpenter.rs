@@ -1,6 +1,6 @@
 //! `karpenter/values.yaml`: Helm values for Karpenter against a non-EKS control plane.
 
-use kk_spec::{CredentialSource, ElasticCluster};
+use kk_spec::{CredentialSource, ElasticCluster, images, versions};
 use serde_json::{Value, json};
 
 use crate::names::{self, INFRA_ROLE_LABEL};
@@ -21,7 +21,18 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
             }));
         }
     }
-    json!({
+    let mut controller = json!({ "env": env });
+    // The chart pins its own image (by digest where its values.yaml has one); the spec's
+    // `images.karpenter` (a mirror, a digest) replaces it, tag = the chart version.
+    if spec.images.contains_key(versions::KARPENTER) || spec.registry.is_some() {
+        let image = images::resolve(spec, versions::KARPENTER);
+        controller["image"] = json!({
+            "repository": image.repository,
+            "tag": image.tag,
+            "digest": image.digest.unwrap_or_default(),
+        });
+    }
+    let mut values = json!({
         "settings": {
             "clusterName": cluster.metadata.name,
             // Must be set off EKS, or Karpenter calls eks:DescribeCluster and exits.
@@ -29,16 +40,34 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
             "clusterCABundle": ca.bundle_base64,
             "eksControlPlane": false,
             "isolatedVPC": k.isolated_vpc,
-            "interruptionQueue": k.interruption_queue,
+            // The queue's name (Karpenter calls GetQueueUrl with it); empty: no interruption controller.
+            "interruptionQueue": kk_spec::interruption::queue_name(cluster).unwrap_or_default(),
         },
-        "controller": { "env": env },
+        "controller": controller,
         // Karpenter must never run on nodes it manages: pin it to Kubean's infra workers.
         // The chart's default affinity (no karpenter.sh/nodepool, spread by host) stays.
         "nodeSelector": { INFRA_ROLE_LABEL: "" },
         "tolerations": names::infra_tolerations(spec),
         // The chart's default 2 replicas with required hostname anti-affinity: one per infra node.
         "replicas": names::infra_replicas(spec),
-    })
+    });
+    if crate::controller_workload::Network::for_aws_caller(spec)
+        == crate::controller_workload::Network::Host
+    {
+        // The instance profile through IMDS with the infra workers' hop limit at 1: only
+        // host-network pods reach it, so the other pods there cannot borrow Karpenter's role.
+        values["hostNetwork"] = json!(true);
+        values["dnsPolicy"] = json!("Default");
+    }
+    if let Some(monitoring) = crate::monitoring::enabled(cluster) {
+        // The chart's own ServiceMonitor (`serviceMonitor.enabled`, chart v1.14), carrying the
+        // labels the operator's Prometheus selects monitors by.
+        values["serviceMonitor"] = json!({
+            "enabled": true,
+            "additionalLabels": monitoring.labels,
+        });
+    }
+    values
 }
 
 /// Karpenter's namespace, which the rotator (step 4) lives in, before Helm (step 5) would create

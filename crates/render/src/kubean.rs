@@ -2,7 +2,7 @@
 //! the ClusterOperation that builds the control plane, etcd and infra workers.
 
 use kk_model::kubean as model;
-use kk_spec::{ElasticCluster, NodeRole};
+use kk_spec::{ElasticCluster, NodeRole, images, versions};
 use serde_json::{Map, Value, json};
 
 use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
@@ -107,6 +107,43 @@ pub fn group_vars(cluster: &ElasticCluster) -> Value {
         for (key, value) in crate::authenticator::kubespray_vars(cluster) {
             map.insert(key.into(), value);
         }
+        for (key, value) in offline_vars(cluster) {
+            map.insert(key.into(), value);
+        }
+    }
+    vars
+}
+
+/// Kubespray's offline variables (docs/operations/offline-environment.md) when the spec names a
+/// mirror: every image repository Kubespray knows points at it, its nodes' containerd gets the
+/// same mirrors as ours (`containerd_registries_mirrors`), and files come from `files_repo`.
+fn offline_vars(cluster: &ElasticCluster) -> Vec<(&'static str, Value)> {
+    let Some(registry) = &cluster.spec.registry else {
+        return Vec::new();
+    };
+    let mirror = &registry.mirror;
+    let mut vars = vec![("registry_host", json!(mirror))];
+    for key in [
+        "kube_image_repo",
+        "gcr_image_repo",
+        "github_image_repo",
+        "docker_image_repo",
+        "quay_image_repo",
+    ] {
+        vars.push((key, json!(mirror)));
+    }
+    let mirrors: Vec<Value> = images::MIRRORED_REGISTRIES
+        .iter()
+        .map(|(prefix, _)| {
+            json!({
+                "prefix": prefix,
+                "mirrors": [{ "host": format!("https://{mirror}"), "capabilities": ["pull", "resolve"], "skip_verify": false }],
+            })
+        })
+        .collect();
+    vars.push(("containerd_registries_mirrors", json!(mirrors)));
+    if let Some(files) = &registry.files_repo {
+        vars.push(("files_repo", json!(files)));
     }
     vars
 }
@@ -122,6 +159,45 @@ fn config_map(cluster: &ElasticCluster, name: &str, key: &str, text: String) -> 
         },
         "data": { key: text },
     })
+}
+
+/// A ClusterOperation running one Kubespray/Kubean playbook on the cluster, with the spec's
+/// pinned spray-job image (the Kubean release whose support matrix `kk_spec` checks).
+pub(crate) fn cluster_operation(
+    cluster: &ElasticCluster,
+    name: &str,
+    action: &str,
+    extra_args: Option<String>,
+    pre_hook: &[&str],
+    post_hook: &[&str],
+) -> model::ClusterOperation {
+    let hook = |action: &&str| model::HookAction {
+        action_type: "playbook".into(),
+        action: (*action).into(),
+        ..Default::default()
+    };
+    model::ClusterOperation {
+        api_version: model::API_VERSION.into(),
+        kind: "ClusterOperation".into(),
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
+            ..Default::default()
+        },
+        spec: model::ClusterOperationSpec {
+            cluster: cluster.metadata.name.clone(),
+            image: images::reference_of(&cluster.spec, versions::KUBEAN)
+                .unwrap_or_else(|| cluster.spec.kubean.spray_job_image.clone()),
+            action_type: "playbook".into(),
+            action: action.into(),
+            extra_args,
+            pre_hook: pre_hook.iter().map(hook).collect(),
+            post_hook: post_hook.iter().map(hook).collect(),
+            ..Default::default()
+        },
+        status: None,
+        extra: Default::default(),
+    }
 }
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
@@ -169,31 +245,14 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         status: None,
         extra: Default::default(),
     };
-    let hook = |action: &str| model::HookAction {
-        action_type: "playbook".into(),
-        action: action.into(),
-        ..Default::default()
-    };
-    let operation = model::ClusterOperation {
-        api_version: model::API_VERSION.into(),
-        kind: "ClusterOperation".into(),
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(format!("{name}-install")),
-            labels: Some([(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned())].into()),
-            ..Default::default()
-        },
-        spec: model::ClusterOperationSpec {
-            cluster: name.clone(),
-            image: cluster.spec.kubean.spray_job_image.clone(),
-            action_type: "playbook".into(),
-            action: "cluster.yml".into(),
-            pre_hook: vec![hook("ping.yml"), hook("disable-firewalld.yml")],
-            post_hook: vec![hook("kubeconfig.yml"), hook("cluster-info.yml")],
-            ..Default::default()
-        },
-        status: None,
-        extra: Default::default(),
-    };
+    let operation = cluster_operation(
+        cluster,
+        &format!("{name}-install"),
+        "cluster.yml",
+        None,
+        &["ping.yml", "disable-firewalld.yml"],
+        &["kubeconfig.yml", "cluster-info.yml"],
+    );
     bundle.add_yaml("kubean/1-hosts-conf.yaml", &[hosts])?;
     bundle.add_yaml("kubean/2-vars-conf.yaml", &[vars])?;
     bundle.add_yaml("kubean/3-cluster.yaml", &[to_value(&kubean_cluster)?])?;

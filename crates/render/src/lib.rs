@@ -6,18 +6,30 @@
 //! Pure and deterministic: the same spec and CA give the same bytes. Each module renders
 //! one family of artifacts from the spec; `render` puts them in a `Bundle` keyed by path.
 
+mod admission;
 pub mod authenticator;
+pub mod cel;
 mod cloud;
+mod controller_workload;
+mod csr_approver;
+pub mod dashboard;
+mod efa;
 mod gpu;
 mod iam;
+pub mod interruption;
 mod join_rbac;
 mod karpenter;
 mod kubean;
+pub mod kubean_ops;
+pub mod kueue;
+pub mod monitoring;
 pub mod names;
+pub mod node_registration;
 pub mod nodeadm;
 mod order;
 mod pools;
 mod rotator;
+pub mod upgrade;
 pub mod userdata;
 pub mod verify;
 
@@ -219,11 +231,16 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     karpenter::render(cluster, &ca, &mut bundle)?;
     let rendered_pools = pools::render(cluster, &ca, &mut bundle)?;
     gpu::render(cluster, &mut bundle)?;
+    efa::render(cluster, &mut bundle)?;
+    kueue::render(cluster, &mut bundle)?;
     iam::render(cluster, &mut bundle)?;
+    interruption::render(cluster, &mut bundle)?;
     authenticator::render(cluster, &mut bundle)?;
     verify::render(cluster, &rendered_pools, &mut bundle)?;
     rotator::render(cluster, &ca, &mut bundle)?;
     join_rbac::render(cluster, &mut bundle)?;
+    csr_approver::render(cluster, &mut bundle)?;
+    monitoring::render(cluster, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)
 }

@@ -9,13 +9,14 @@ use crate::{Bundle, FileKind, names};
 use kk_spec::ca::ClusterCa;
 
 /// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 9] = [
+const APPLY_ORDER: [&str; 10] = [
     "kubean/",
     "namespaces/",
     "cloud/",
     "authenticator/",
     "rotator/",
     "gpu/",
+    "efa/",
     "nodeclasses/",
     "nodepools/",
     "verify/",
@@ -120,9 +121,15 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml`; install the aws-ebs-csi-driver chart with `cloud/ebs-csi-values.yaml`.",
+        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance); install the aws-ebs-csi-driver chart {} with `cloud/ebs-csi-values.yaml` (`helm upgrade --install aws-ebs-csi-driver aws-ebs-csi-driver --repo {} --version {} --namespace kube-system -f cloud/ebs-csi-values.yaml`).",
         files("namespaces/"),
-        spec.kubean.network_plugin
+        spec.kubean.network_plugin,
+        kk_spec::versions::default_version(kk_spec::versions::EBS_CSI_DRIVER),
+        kk_spec::versions::component(kk_spec::versions::EBS_CSI_DRIVER)
+            .chart
+            .as_ref()
+            .map_or("", |c| c.repository.as_str()),
+        kk_spec::versions::default_version(kk_spec::versions::EBS_CSI_DRIVER),
     );
     if crate::authenticator::enabled(cluster).is_some() {
         let _ = writeln!(
@@ -138,6 +145,23 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         "3. **IAM and discovery tags.** Create the node role from `iam/node-role.json` and `iam/node-role-trust-policy.json`, the instance profile `{}`; grant `iam/controller-policy.json`; set the tags in `iam/discovery.json`, among them `kubernetes.io/cluster/{name}=owned` on every Kubean-built instance (Karpenter tags its own). The cloud controller manager's cluster ID (`KubernetesClusterID = {name}` in `cloud/aws-cloud-controller-manager.yaml`) is Karpenter's `clusterName`.",
         spec.aws.node_instance_profile
     );
+    match kk_spec::interruption::queue_name(cluster) {
+        Some(queue) => {
+            let _ = writeln!(
+                w,
+                "   **Interruption queue.** Create the SQS queue `{queue}` from `interruption/queue.json` (retention {}s, SQS-managed encryption) with the access policy `interruption/queue-policy.json`, and the {} EventBridge rules in `interruption/rules.json`, each targeting the queue (`kubean-karpenter apply <spec>` does all of it). Karpenter's `settings.interruptionQueue` names it: on a spot two-minute warning it drains the node onto a replacement instead of losing its pods.",
+                kk_spec::interruption::RETENTION_SECONDS,
+                kk_spec::interruption::EVENT_KINDS.len(),
+            );
+        }
+        None if kk_spec::interruption::reclaimable(spec) => {
+            let _ = writeln!(
+                w,
+                "   **No interruption queue** (`interruptionQueue: \"\"`), though a pool allows spot: a reclaimed node's pods die with it."
+            );
+        }
+        None => {}
+    }
     let step4 = match spec.join.mode {
         // The token is already in every EC2NodeClass's userData, so naming it here reveals nothing
         // more; `kubeadm token create` without it would mint a different, random token.
@@ -147,13 +171,13 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
             spec.join.ca_cert_hash.as_deref().unwrap_or(&ca.cert_hash),
         ),
         JoinMode::Ssm => format!(
-            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the SSM SecureString `{}`; the CA hash is `{}` (baked into the userData too: nodes never take it from the store). Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand), and the CSR approver, under its own service account, approves the node certificates of instances a NodeClaim names.",
             names::join_store(spec, name),
             ca.cert_hash,
             files("rotator/")
         ),
         JoinMode::SecretsManager => format!(
-            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}`. Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand).",
+            "The join configuration (lines KK_TOKEN=, KK_CA_CERT_HASH=, KK_EXPIRATION=) lives in the Secrets Manager secret `{}`; the CA hash is `{}` (baked into the userData too: nodes never take it from the store). Grant `iam/rotator-policy.json` to the rotator's AWS identity and apply {}: the rotator publishes a token and keeps it valid (`kubean-karpenter token create --publish` does it once by hand), and the CSR approver, under its own service account, approves the node certificates of instances a NodeClaim names.",
             names::join_store(spec, name),
             ca.cert_hash,
             files("rotator/")
@@ -167,11 +191,34 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: apply {} first (a GPU node without the plugin never initializes), then {}, then {}.",
+        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: apply {} first (a GPU node without the plugin never initializes{}), then {}, then {}.",
         files("gpu/"),
+        if bundle.files.keys().any(|p| p.starts_with("efa/")) {
+            format!(
+                ", nor an EFA node without {}, whose security groups must also admit all traffic from themselves: `iam/discovery.json`",
+                files("efa/")
+            )
+        } else {
+            String::new()
+        },
         files("nodeclasses/"),
         files("nodepools/")
     );
+    let queues = files("kueue/");
+    if !queues.is_empty() {
+        let _ = writeln!(
+            w,
+            "   **Job queues** (Kueue): `apply` leaves {queues} out, since a cluster without Kueue has no such kinds. Install Kueue {} first, then apply them; submit training Jobs with the label `kueue.x-k8s.io/queue-name: <pool>` in a namespace the pool's queue lists. See docs/gpu-training.md.",
+            crate::kueue::KUEUE_VERSION
+        );
+    }
+    let monitors = files("monitoring/");
+    if !monitors.is_empty() {
+        let _ = writeln!(
+            w,
+            "   **Monitoring** (Prometheus Operator): `apply` leaves {monitors} out, since a cluster without the operator has no PrometheusRule or PodMonitor kinds (and the dashboard ConfigMap needs Grafana's sidecar); apply them once it runs (`kubectl apply -f monitoring/`). Karpenter's values already turn on its chart's ServiceMonitor. Each alert's `runbook` names the `kubean-karpenter doctor` check that explains it. See docs/monitoring.md.",
+        );
+    }
     let _ = writeln!(
         w,
         "8. **Verify** CPU and GPU scale-up: apply {}; scale an inflate Deployment (`kubectl scale deployment inflate-<pool> --replicas=5`). Then run the seed's checklist, `bash verify/checklist.sh` (`KUBECTL=\"kubectl --context <new cluster>\"`), which runs:",
@@ -184,6 +231,15 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         w,
         "   Where the seed's common failure points are handled: the API server security group (`iam/discovery.json`, TCP {}), an expired token (step 4; the userData says so on the console), a wrong CA hash (computed from the CA bundle; `render` refuses a pinned one that differs), `iam:PassRole` (`iam/controller-policy.json`), the NVIDIA container runtime (the GPU userData restarts containerd and checks it before joining), the device plugin's tolerations (`gpu/`, exactly the GPU pools' taints).",
         spec.api_server.port
+    );
+    let _ = writeln!(
+        w,
+        "\n## Day two\n\n\
+         Kubernetes upgrade, in this order (`kubean-karpenter upgrade plan SPEC --to 1.<minor>.<patch>` checks it and lists the steps):\n\n\
+         1. **Kubean first** (management cluster): set `kubernetesVersion`, render, re-apply `kubean/2-vars-conf.yaml` (its `kube_version`), then apply the ClusterOperation `kubean-karpenter kubean upgrade SPEC --from <running version>` prints (`upgrade-cluster.yml`). The control plane moves before any kubelet: a kubelet is never newer than the API server. Pools pinned by `alias` drift now (the alias resolves against the control plane's version); `ssmRelease` and `id` pins do not.\n\
+         2. **Then the minor-matched components** (new cluster): `cloud/` (the cloud controller manager follows the control plane's minor), and Karpenter if its version does not support the new minor.\n\
+         3. **Then the worker AMIs, pool by pool**: `kubean-karpenter ami resolve --spec SPEC`, `ami pin SPEC --pool <pool> --release v<date>` (or `--id`), render, apply `nodeclasses/`: Karpenter replaces the pool's nodes as drift, as many at once as its `Drifted` budget allows.\n\n\
+         Kubean nodes: add one to the spec, re-apply `kubean/1-hosts-conf.yaml`, then `kubean-karpenter kubean scale SPEC --node <name>` (`scale.yml`); remove one with `kubean remove-node SPEC --node <name>` while it is still in the spec (Kubespray reads it from the inventory), then drop it from the spec and re-apply. Certificates: `kubean renew-certs SPEC` (`renew-certs.yml`) any time before they expire; it keeps the CA, so no Karpenter node drifts. These do not depend on the Karpenter side."
     );
     bundle.add_text("ORDER.md", s);
 }

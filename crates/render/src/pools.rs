@@ -145,6 +145,17 @@ fn node_class(
             ami_selector_terms: vec![ami_term(first)],
             subnet_selector_terms: selector_terms(&spec.aws.subnets),
             security_group_selector_terms: selector_terms(&spec.aws.security_groups),
+            capacity_reservation_selector_terms: first
+                .capacity_reservations
+                .iter()
+                .map(|t| CapacityReservationSelectorTerm {
+                    id: t.id.clone(),
+                    tags: t.tags.clone(),
+                    owner_id: t.owner_id.clone(),
+                    instance_match_criteria: t.instance_match_criteria.clone(),
+                    ..Default::default()
+                })
+                .collect(),
             role: Some(spec.aws.node_role.clone()),
             kubelet: kubelet(first),
             block_device_mappings,
@@ -165,6 +176,12 @@ fn node_class(
                 ("kubean-karpenter.io/node-class".to_owned(), name.to_owned()),
             ]
             .into(),
+            // Karpenter's userData ignores it with amiFamily Custom (ours builds the RAID0),
+            // but it is what makes Karpenter count the instance store as the node's
+            // ephemeral-storage (pkg/providers/instancetype/types.go, ephemeralStorage).
+            instance_store_policy: first
+                .local_storage
+                .map(|kk_spec::LocalStorage::Raid0| "RAID0".to_owned()),
             user_data: Some(user_data),
             ..Default::default()
         },
@@ -178,6 +195,30 @@ fn requirement(key: &str, values: &[String]) -> NodeSelectorRequirement {
         key: key.into(),
         operator: "In".into(),
         values: values.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// The `capacity-reservation-type` requirement that keeps a pool's reserved offerings to one
+/// kind of reservation. Karpenter labels spot and on-demand offerings with this key
+/// `DoesNotExist` (aws/karpenter-provider-aws v1.14.3
+/// pkg/providers/instancetype/offering/base_resolver.go), so `In [capacity-block]` would
+/// drop them; `NotIn [default]` is compatible with an absent label (sigs.k8s.io/karpenter
+/// pkg/scheduling/requirements.go `Intersects`: NotIn against DoesNotExist passes), so a
+/// pool that also allows spot or on-demand keeps its fallback.
+fn reservation_type(kind: &str, capacity_types: &[String]) -> NodeSelectorRequirement {
+    if capacity_types.iter().all(|c| c == "reserved") {
+        return requirement(kk_karpenter::labels::RESERVATION_TYPE, &[kind.to_owned()]);
+    }
+    let other = if kind == "capacity-block" {
+        "default"
+    } else {
+        "capacity-block"
+    };
+    NodeSelectorRequirement {
+        key: kk_karpenter::labels::RESERVATION_TYPE.into(),
+        operator: "NotIn".into(),
+        values: vec![other.into()],
         ..Default::default()
     }
 }
@@ -210,6 +251,9 @@ fn node_pool(pool: &Pool) -> NodePool {
         }) {
             req.min_values = Some(min);
         }
+    }
+    if let Some(kind) = &inst.capacity_reservation_type {
+        requirements.push(reservation_type(kind, &inst.capacity_types));
     }
     match &pool.gpu {
         Some(gpu) if pool.pool_type == PoolType::Gpu => {
@@ -280,6 +324,7 @@ fn node_pool(pool: &Pool) -> NodePool {
                     requirements,
                     taints: pool.taints.iter().map(core_taint).collect(),
                     expire_after: pool.expire_after.clone(),
+                    termination_grace_period: pool.termination_grace_period.clone(),
                     ..Default::default()
                 },
                 ..Default::default()

@@ -11,15 +11,15 @@
 use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
 use serde_json::{Value, json};
 
-use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
+use crate::cel;
+use crate::controller_workload as workload;
+use crate::names::{self, MANAGED_BY};
 use crate::{Bundle, RenderError};
 use kk_spec::ca::ClusterCa;
 
 pub const NAME: &str = "kubean-karpenter-rotator";
 /// With `karpenter.credentials.source: staticSecret`, the rotator's own AWS keys.
 pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
-const LEASE_NAMESPACE: &str = "kube-system";
-const METRICS_PORT: u16 = 8080;
 /// Each token's lifetime and how long a replaced one keeps working.
 pub const TTL: &str = "2h";
 pub const OVERLAP: &str = "20m";
@@ -32,14 +32,9 @@ fn store_flag(mode: JoinMode) -> Option<&'static str> {
     }
 }
 
-/// `dist/image` builds linux/amd64 only: an arm64 node would pull it and fail with `exec format error`.
-const IMAGE_ARCH: &str = "amd64";
-
 fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: String) -> Vec<Value> {
     let spec = &cluster.spec;
     let name = &cluster.metadata.name;
-    let labels = json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": NAME });
-    let selector = json!({ "app.kubernetes.io/name": NAME });
     let store_name = names::join_store(spec, name);
     let mut args = vec![
         "controller".to_owned(),
@@ -57,15 +52,13 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
         format!("--ttl={TTL}"),
         "--rotate-at=0.5".to_owned(),
         format!("--overlap={OVERLAP}"),
-        "--approve-interval=5s".to_owned(),
+        // CSRs are the approver's (its own Deployment and service account).
+        "--no-csr-approver".to_owned(),
         "--tick=1m".to_owned(),
         "--retry=10s".to_owned(),
-        format!("--lease-namespace={LEASE_NAMESPACE}"),
-        format!("--lease-name={NAME}"),
-        "--lease-duration=15s".to_owned(),
-        format!("--metrics-addr=0.0.0.0:{METRICS_PORT}"),
-        "--log-format=json".to_owned(),
     ];
+    let network = workload::Network::for_aws_caller(spec);
+    args.extend(workload::common_args(NAME, network));
     if let Some(kms) = &spec.join.kms {
         args.push(format!("--kms-key-id={}", kms.key_arn));
     }
@@ -82,112 +75,24 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
             }));
         }
     }
-    let probe = |path: &str, period: u32| {
-        json!({
-            "httpGet": { "path": path, "port": "http" },
-            "periodSeconds": period,
-            "timeoutSeconds": 3,
-            "failureThreshold": 3,
-        })
-    };
-    // Karpenter's namespace (step 5's Helm install creates it; it is not ours to own).
     let namespace = &spec.karpenter.namespace;
-    let subject = json!([{ "kind": "ServiceAccount", "name": NAME, "namespace": namespace }]);
-    vec![
-        json!({
-            "apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": { "name": NAME, "namespace": namespace, "labels": labels },
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
-            "rules": [
-                // No get, list or watch: a Secret reader in kube-system reads every service
-                // account's credentials. Create and delete cannot be narrowed by name (token
-                // Secrets have random names); the ValidatingAdmissionPolicy below narrows them.
-                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"] },
-                // RBAC cannot limit create by name, so the Lease is rendered here and the
-                // rotator may only read and renew that one.
-                { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [NAME], "verbs": ["get", "update"] },
-            ],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME },
-            "subjects": subject,
-        }),
-        json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": { "name": NAME, "namespace": LEASE_NAMESPACE, "labels": labels },
-        }),
-        secret_policy(name, namespace, &labels),
-        json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": { "name": NAME, "labels": labels },
-            "spec": { "policyName": NAME, "validationActions": ["Deny"] },
-        }),
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": NAME, "namespace": namespace, "labels": labels },
-            "spec": {
-                // Two replicas, one leader: a node loss costs at most one lease duration
-                // (one on a single infra node).
-                "replicas": names::infra_replicas(spec),
-                "selector": { "matchLabels": selector },
-                "template": {
-                    "metadata": { "labels": labels },
-                    "spec": {
-                        "serviceAccountName": NAME,
-                        "priorityClassName": "system-cluster-critical",
-                        // Never on nodes Karpenter manages: they need the token to exist.
-                        "nodeSelector": { INFRA_ROLE_LABEL: "", "kubernetes.io/arch": IMAGE_ARCH },
-                        "tolerations": names::infra_tolerations(spec),
-                        "affinity": {
-                            "podAntiAffinity": {
-                                "preferredDuringSchedulingIgnoredDuringExecution": [{
-                                    "weight": 100,
-                                    "podAffinityTerm": {
-                                        "topologyKey": "kubernetes.io/hostname",
-                                        "labelSelector": { "matchLabels": selector },
-                                    },
-                                }],
-                            },
-                        },
-                        "terminationGracePeriodSeconds": 30,
-                        "securityContext": {
-                            "runAsNonRoot": true,
-                            "runAsUser": 65532,
-                            "runAsGroup": 65532,
-                            "seccompProfile": { "type": "RuntimeDefault" },
-                        },
-                        "containers": [{
-                            "name": "rotator",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": args,
-                            "env": env,
-                            "ports": [{ "name": "http", "containerPort": METRICS_PORT }],
-                            "livenessProbe": probe("/healthz", 20),
-                            "readinessProbe": probe("/readyz", 10),
-                            "resources": {
-                                "requests": { "cpu": "10m", "memory": "32Mi", "ephemeral-storage": "16Mi" },
-                                "limits": { "cpu": "200m", "memory": "128Mi", "ephemeral-storage": "64Mi" },
-                            },
-                            "securityContext": {
-                                "runAsNonRoot": true,
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "privileged": false,
-                                "capabilities": { "drop": ["ALL"] },
-                                "seccompProfile": { "type": "RuntimeDefault" },
-                            },
-                        }],
-                    },
-                },
-            },
-        }),
-    ]
+    let rules = json!([
+        // No get, list or watch: a Secret reader in kube-system reads every service
+        // account's credentials. Create and delete cannot be narrowed by name (token
+        // Secrets have random names); the ValidatingAdmissionPolicy below narrows them.
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"] },
+        workload::lease_rule(NAME),
+    ]);
+    let mut objects = vec![workload::service_account(NAME, namespace)];
+    objects.extend(workload::lease_role_binding_and_lease(
+        NAME, namespace, rules,
+    ));
+    objects.extend([
+        secret_policy(name, namespace, &workload::labels(NAME)),
+        workload::policy_binding(NAME),
+        workload::deployment(spec, NAME, "rotator", image, args, env, network),
+    ]);
+    objects
 }
 
 /// The keys kubeadm writes in a token Secret; nothing else may be smuggled in.
@@ -201,33 +106,43 @@ const TOKEN_KEYS: [&str; 7] = [
     "usage-bootstrap-signing",
 ];
 
+/// The longest a token the rotator creates may live: the controller's `--ttl` ceiling (24 h,
+/// `kk_live::token::TTL_CEILING`) plus 5 minutes for clocks that differ from the apiserver's.
+const MAX_TOKEN_LIFETIME: &str = "24h5m";
+
 /// What the rotator's service account may do to Secrets, enforced by the apiserver
 /// (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30): create only bootstrap
 /// tokens with our labels, this cluster's name, our join group and an expiration; delete
 /// only such Secrets; never update one. In admission CEL a Secret's `data` values are the
-/// base64 text of the bytes (kube-apiserver v1.36.3, tested in crates/live/tests/rotator_rbac.rs),
+/// base64 text of the bytes (kube-apiserver v1.36.3, tested in crates/live/tests/it/rotator_rbac.rs),
 /// so the group is compared in that form (the apiserver always re-encodes, so it is canonical).
 fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
     use base64::Engine;
     let group_b64 = base64::engine::general_purpose::STANDARD.encode(names::JOIN_TOKEN_GROUP);
-    let sa = format!("system:serviceaccount:{namespace}:{NAME}");
-    let token_type = "bootstrap.kubernetes.io/token";
+    let sa = cel::string_literal(&format!("system:serviceaccount:{namespace}:{NAME}"));
+    let token_type = cel::string_literal("bootstrap.kubernetes.io/token");
+    let (m, mv) = (
+        cel::string_literal(MANAGED_BY.0),
+        cel::string_literal(MANAGED_BY.1),
+    );
+    let (c, cv) = (
+        cel::string_literal(names::TOKEN_CLUSTER_LABEL),
+        cel::string_literal(cluster),
+    );
     let ours = |o: &str| {
         format!(
-            "{o}.type == '{token_type}' && {o}.metadata.name.startsWith('bootstrap-token-') \
+            "{o}.type == {token_type} && {o}.metadata.name.startsWith('bootstrap-token-') \
              && has({o}.metadata.labels) \
-             && '{m}' in {o}.metadata.labels && {o}.metadata.labels['{m}'] == '{mv}' \
-             && '{c}' in {o}.metadata.labels && {o}.metadata.labels['{c}'] == '{cluster}'",
-            m = MANAGED_BY.0,
-            mv = MANAGED_BY.1,
-            c = names::TOKEN_CLUSTER_LABEL,
+             && {m} in {o}.metadata.labels && {o}.metadata.labels[{m}] == {mv} \
+             && {c} in {o}.metadata.labels && {o}.metadata.labels[{c}] == {cv}",
         )
     };
     let keys = TOKEN_KEYS
         .iter()
-        .map(|k| format!("'{k}'"))
+        .map(|k| cel::string_literal(k))
         .collect::<Vec<_>>()
         .join(", ");
+    let group_b64 = cel::string_literal(&group_b64);
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": { "name": NAME, "labels": labels },
@@ -239,7 +154,8 @@ fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
                     "operations": ["CREATE", "UPDATE", "DELETE"],
                 }],
             },
-            "matchConditions": [{ "name": "rotator-service-account", "expression": format!("request.userInfo.username == '{sa}'") }],
+            "matchConditions": [{ "name": "rotator-service-account", "expression": format!("request.userInfo.username == {sa}") }],
+            "variables": expiration_variables(),
             "validations": [
                 {
                     "expression": "request.operation != 'UPDATE'",
@@ -256,9 +172,22 @@ fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
                         "request.operation != 'CREATE' || (has(object.data) \
                          && object.data.all(k, k in [{keys}]) && 'expiration' in object.data \
                          && 'auth-extra-groups' in object.data \
-                         && object.data['auth-extra-groups'] == '{group_b64}')"
+                         && object.data['auth-extra-groups'] == {group_b64})"
                     ),
                     "message": format!("a rotator token must expire, carry only kubeadm's keys and auth-extra-groups exactly {}", names::JOIN_TOKEN_GROUP),
+                    "reason": "Forbidden",
+                },
+                {
+                    // A policy has no now(), but on CREATE the apiserver has set
+                    // creationTimestamp before validation: the token may live at most the
+                    // controller's TTL ceiling from then (plus clock skew). An expiration
+                    // that is not a 20-character RFC 3339 UTC time is refused too.
+                    "expression": format!(
+                        "request.operation != 'CREATE' || !has(object.data) || !('expiration' in object.data) \
+                         || (size(object.data['expiration']) == 28 \
+                         && timestamp(variables.expiration) <= timestamp(object.metadata.creationTimestamp) + duration('{MAX_TOKEN_LIFETIME}'))"
+                    ),
+                    "message": format!("a rotator token must expire at most {MAX_TOKEN_LIFETIME} after its creation (expiration as YYYY-MM-DDTHH:MM:SSZ)"),
                     "reason": "Forbidden",
                 },
                 {
@@ -269,6 +198,50 @@ fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
             ],
         },
     })
+}
+
+/// The token's `expiration`, decoded. In admission CEL a Secret's `data` values are base64
+/// text, and Kubernetes registers no base64 decoder for admission policies, so it is decoded
+/// here by hand: the 28 base64 characters of a 20-byte `YYYY-MM-DDTHH:MM:SSZ` become their
+/// 6-bit values, then 20 bytes, then the same text again (digits and the four separators; any
+/// other byte becomes `?`, which `timestamp()` then refuses).
+fn expiration_variables() -> Value {
+    const ALPHABET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let chars = (0..28)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let bytes = (0..20)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    json!([
+        {
+            "name": "sextets",
+            "expression": format!("[{chars}].map(i, int('{ALPHABET}'.indexOf(object.data['expiration'].charAt(i))))"),
+        },
+        {
+            // Byte i of group g = i / 3 from sextets 4g..4g+3 (integer arithmetic: no bit
+            // operations in Kubernetes' CEL).
+            "name": "octets",
+            "expression": format!(
+                "[{bytes}].map(i, i % 3 == 0 \
+                 ? variables.sextets[i / 3 * 4] * 4 + variables.sextets[i / 3 * 4 + 1] / 16 \
+                 : (i % 3 == 1 \
+                 ? variables.sextets[i / 3 * 4 + 1] % 16 * 16 + variables.sextets[i / 3 * 4 + 2] / 4 \
+                 : variables.sextets[i / 3 * 4 + 2] % 4 * 64 + variables.sextets[i / 3 * 4 + 3]))"
+            ),
+        },
+        {
+            "name": "characters",
+            "expression": "variables.octets.map(b, b >= 48 && b <= 57 ? '0123456789'.charAt(b - 48) \
+                 : (b == 45 ? '-' : (b == 84 ? 'T' : (b == 58 ? ':' : (b == 90 ? 'Z' : '?')))))",
+        },
+        {
+            "name": "expiration",
+            "expression": (0..20).map(|i| format!("variables.characters[{i}]")).collect::<Vec<_>>().join(" + "),
+        },
+    ])
 }
 
 /// Write access to exactly the join store, nothing else.
@@ -329,10 +302,57 @@ pub fn render(
     };
     bundle.add_yaml(
         "rotator/join-token-rotator.yaml",
-        &manifests(cluster, ca, store, controller.image.reference()),
+        &manifests(
+            cluster,
+            ca,
+            store,
+            workload::controller_image(cluster, controller),
+        ),
     )?;
     if let Some(policy) = policy(cluster) {
         bundle.add_json("iam/rotator-policy.json", &policy)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expiration_variables;
+    use kube_cel::KubeCelExt;
+    use kube_cel::cel::{Context, Program, Value};
+
+    /// The policy's hand-made base64 decoding, evaluated with the `cel` crate (the apiserver's
+    /// own evaluation is `rotator_rbac.rs`): every rotator-style expiration comes back exactly,
+    /// and anything else becomes text `timestamp()` refuses.
+    fn decode(expiration: &str) -> String {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(expiration);
+        let object = serde_json::json!({ "data": { "expiration": b64 } });
+        let mut variables: std::collections::HashMap<String, Value> = Default::default();
+        for variable in expiration_variables().as_array().unwrap() {
+            let mut ctx = Context::default().with_all();
+            ctx.add_variable("object", &object).unwrap();
+            ctx.add_variable_from_value("variables", Value::from(variables.clone()));
+            let program = Program::compile(variable["expression"].as_str().unwrap()).unwrap();
+            let value = program.execute(&ctx).unwrap();
+            variables.insert(variable["name"].as_str().unwrap().to_owned(), value);
+        }
+        match &variables["expiration"] {
+            Value::String(s) => s.to_string(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_policy_decodes_an_expiration_exactly() {
+        for text in [
+            "2026-12-01T10:00:00Z",
+            "2099-01-01T00:00:00Z",
+            "1970-01-01T23:59:59Z",
+        ] {
+            assert_eq!(decode(text), text);
+        }
+        assert_eq!(decode("2099-01-01T00:00:00+"), "2099-01-01T00:00:00?");
+        assert!(decode("never, never, never!").contains('?'));
+    }
 }

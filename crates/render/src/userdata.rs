@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use kk_spec::{ClusterSpec, JoinMode, Pool, PoolType};
+use kk_spec::{ClusterSpec, JoinMode, LocalStorage, Pool, PoolType};
 
 use crate::names;
 use kk_spec::ca::ClusterCa;
@@ -56,6 +56,24 @@ fn kubeadm_config_api(kubernetes_version: &str) -> &'static str {
     }
 }
 
+/// Air-gapped nodes: containerd's per-registry `hosts.toml` sends every pull from the public
+/// registries to the mirror (same path, `pull` and `resolve` only). containerd reads these
+/// files at each pull, so no restart is needed; it must have `config_path` including
+/// /etc/containerd/certs.d (containerd 2's default; EKS-built AMIs set it).
+fn mirror_block(mirror: &str) -> String {
+    let mut s = String::from(
+        "\n# Air-gapped: pull the public registries' images from the mirror (containerd hosts.toml).\n",
+    );
+    let _ = writeln!(s, "REGISTRY_MIRROR={}", sq(mirror));
+    s.push_str(
+        "write_mirror() {\n  mkdir -p \"/etc/containerd/certs.d/$1\"\n  printf 'server = \"%s\"\\n\\n[host.\"https://%s\"]\\n  capabilities = [\"pull\", \"resolve\"]\\n' \\\n    \"$2\" \"$REGISTRY_MIRROR\" > \"/etc/containerd/certs.d/$1/hosts.toml\"\n}\n",
+    );
+    for (registry, server) in kk_spec::images::MIRRORED_REGISTRIES {
+        let _ = writeln!(s, "write_mirror {registry} {server}");
+    }
+    s
+}
+
 /// Single-quotes a value for bash (values are validated, this is belt and braces).
 fn sq(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
@@ -84,9 +102,18 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
     );
     w.push_str("set -euo pipefail\n\n");
     let _ = writeln!(w, "API_SERVER_ENDPOINT={}", sq(&endpoint));
+    // The CA the node pins is known now, from the spec's CA bundle: it is baked in here in
+    // every mode (static mode next to its token) and never read from the join store, whose writers must not be able to point
+    // nodes at another cluster's CA (the store carries only the token that rotates).
+    let ca_hash = spec
+        .join
+        .ca_cert_hash
+        .as_deref()
+        .unwrap_or(&boot.ca.cert_hash);
     match spec.join.mode {
         JoinMode::Static => {}
         JoinMode::Ssm | JoinMode::SecretsManager => {
+            let _ = writeln!(w, "CA_CERT_HASH={}", sq(ca_hash));
             let _ = writeln!(w, "AWS_REGION={}", sq(&spec.aws.region));
             let _ = writeln!(
                 w,
@@ -111,21 +138,19 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
         let _ = writeln!(w, "EXPECTED_DRIVER={}", sq(&gpu.driver_version));
         w.push_str(GPU_CHECKS);
     }
+    if let Some(registry) = &spec.registry {
+        w.push_str(&mirror_block(&registry.mirror));
+    }
     w.push('\n');
     match spec.join.mode {
         JoinMode::Static => {
             let token = spec.join.token.as_deref().unwrap_or_default();
-            let hash = spec
-                .join
-                .ca_cert_hash
-                .as_deref()
-                .unwrap_or(&boot.ca.cert_hash);
             let _ = writeln!(
                 w,
                 "# Static join mode: the token is part of this userData, so rotating it drifts every node."
             );
             let _ = writeln!(w, "TOKEN={}", sq(token));
-            let _ = writeln!(w, "CA_CERT_HASH={}", sq(hash));
+            let _ = writeln!(w, "CA_CERT_HASH={}", sq(ca_hash));
         }
         JoinMode::Ssm => {
             w.push_str(AWS_CLI_CHECK);
@@ -169,6 +194,9 @@ pub fn render(boot: &NodeBoot<'_>) -> String {
     w.push_str("# shellcheck disable=SC2016 # the literal text to replace\nPROVIDER_ID_REF='${PROVIDER_ID}'\n");
     w.push_str("printf 'KUBELET_EXTRA_ARGS=%s\\n' \"${KUBELET_FLAGS//\"$PROVIDER_ID_REF\"/$PROVIDER_ID}\" >/etc/kubean-karpenter/kubelet-flags.env\n");
     w.push_str("cat >/etc/systemd/system/kubelet.service.d/20-kubean-karpenter.conf <<'EOF'\n[Service]\nEnvironmentFile=/etc/kubean-karpenter/kubelet-flags.env\nEOF\n");
+    if boot.pool.local_storage == Some(LocalStorage::Raid0) {
+        w.push_str(LOCAL_RAID0);
+    }
     w.push_str(JOIN_PREFLIGHT);
     if boot.pool.pool_type == PoolType::Gpu && spec.gpu.is_some() {
         w.push_str(GPU_RUNTIME_RESTART);
@@ -244,12 +272,11 @@ fn store_block(what: &str, action: &str) -> String {
         r#"JOIN_CONFIG="$(retry 8 fetch_join_config)" ||
   fail "cannot read the join configuration from {what} $JOIN_STORE (the node role needs {action} on it)"
 TOKEN=""
-CA_CERT_HASH=""
 EXPIRATION=""
+# KK_CA_CERT_HASH is ignored: the CA hash above was baked in at render time.
 while IFS='=' read -r key value; do
   case "$key" in
     KK_TOKEN) TOKEN="$value" ;;
-    KK_CA_CERT_HASH) CA_CERT_HASH="$value" ;;
     KK_EXPIRATION) EXPIRATION="$value" ;;
   esac
 done <<<"$JOIN_CONFIG"
@@ -263,6 +290,54 @@ EXPIRES_AT="$(date -d "$EXPIRATION" +%s)" || fail "unreadable KK_EXPIRATION '$EX
 
 /// Without this, a missing CLI would look like an IAM problem after a minute of retries.
 const AWS_CLI_CHECK: &str = "command -v aws >/dev/null || fail \"aws CLI not found: the AMI needs it to read the join configuration\"\n";
+
+/// `localStorage: raid0`. The EC2NodeClass says `instanceStorePolicy: RAID0`, so Karpenter
+/// counts the instance store as the node's ephemeral-storage, but with `amiFamily: Custom` its
+/// userData does nothing with it (the RAID0 is part of the AL2023/Bottlerocket bootstraps it
+/// does not render here): without this block pods would be scheduled against disk space that
+/// lives on the root volume. Every
+/// instance-store NVMe disk (EC2 names their model "Amazon EC2 NVMe Instance Storage"; EBS
+/// volumes are "Amazon Elastic Block Store") goes into one RAID0 array, formatted and mounted
+/// before containerd and the kubelet start; their roots are bind mounts into it, kept in
+/// /etc/fstab with the array in /etc/mdadm.conf so a reboot brings them back. No disk: the
+/// roots stay on the root volume and the node still joins.
+const LOCAL_RAID0: &str = r#"
+# Local NVMe (localStorage: raid0): the kubelet's and containerd's roots on a RAID0 of every
+# instance-store disk. With amiFamily Custom, Karpenter's instanceStorePolicy RAID0 builds
+# nothing, but it does advertise the instance store as ephemeral-storage.
+LOCAL_ARRAY=/dev/md/kubean-local
+LOCAL_MOUNT=/mnt/kubean-local
+mapfile -t LOCAL_DISKS < <(lsblk -dpno NAME,MODEL | awk '/Amazon EC2 NVMe Instance Storage/ { print $1 }')
+if [ "${#LOCAL_DISKS[@]}" -eq 0 ]; then
+  log "no instance-store NVMe disk: the kubelet and containerd stay on the root volume"
+else
+  command -v mdadm >/dev/null || fail "mdadm not found: the AMI needs it for localStorage: raid0"
+  log "RAID0 of ${#LOCAL_DISKS[@]} instance-store disk(s): ${LOCAL_DISKS[*]}"
+  mdadm --create "$LOCAL_ARRAY" --level=0 --raid-devices="${#LOCAL_DISKS[@]}" --force --run "${LOCAL_DISKS[@]}" ||
+    fail "mdadm could not build the RAID0 of ${LOCAL_DISKS[*]}"
+  mdadm --detail --scan >>/etc/mdadm.conf || fail "cannot record the array in /etc/mdadm.conf"
+  if command -v mkfs.xfs >/dev/null; then
+    LOCAL_FS=xfs
+    mkfs.xfs -f "$LOCAL_ARRAY" >/dev/null || fail "cannot format $LOCAL_ARRAY"
+  else
+    LOCAL_FS=ext4
+    mkfs.ext4 -F -q "$LOCAL_ARRAY" || fail "cannot format $LOCAL_ARRAY"
+  fi
+  # The AMI started containerd before this script: it must not keep files open on the old root.
+  systemctl stop containerd || fail "cannot stop containerd to move its root"
+  mkdir -p "$LOCAL_MOUNT"
+  mount -t "$LOCAL_FS" -o defaults,noatime "$LOCAL_ARRAY" "$LOCAL_MOUNT" || fail "cannot mount $LOCAL_ARRAY"
+  echo "$LOCAL_ARRAY $LOCAL_MOUNT $LOCAL_FS defaults,noatime,nofail 0 2" >>/etc/fstab
+  for root in /var/lib/kubelet /var/lib/containerd; do
+    mkdir -p "$root" "$LOCAL_MOUNT${root}"
+    # Keep what the image put there (containerd's pre-pulled images).
+    cp -a "$root/." "$LOCAL_MOUNT${root}/"
+    mount --bind "$LOCAL_MOUNT${root}" "$root" || fail "cannot bind $LOCAL_MOUNT${root} onto $root"
+    echo "$LOCAL_MOUNT${root} $root none bind,nofail 0 0" >>/etc/fstab
+  done
+  log "kubelet and containerd roots on $LOCAL_ARRAY ($LOCAL_FS)"
+fi
+"#;
 
 const JOIN_PREFLIGHT: &str = r#"
 [[ "$TOKEN" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "malformed bootstrap token (expected [a-z0-9]{6}.[a-z0-9]{16})"

@@ -2,6 +2,7 @@
 //! per GPU pool, each tolerating and selecting exactly its pool, and `verify/checklist.sh`, the
 //! seed's whole validation checklist with this bundle's names (ORDER.md step 8 lists it too).
 
+use kk_spec::{images, versions};
 use std::fmt::Write as _;
 
 use kk_spec::ElasticCluster;
@@ -50,7 +51,7 @@ pub fn render(
                     "tolerations": tolerations(pool),
                     "containers": [{
                         "name": "cuda",
-                        "image": "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                        "image": images::resolve(&cluster.spec, versions::CUDA_SAMPLE).reference(),
                         "resources": { "limits": { "nvidia.com/gpu": 1 } },
                     }],
                 }
@@ -76,7 +77,7 @@ pub fn render(
                             "tolerations": tolerations(pool),
                             "containers": [{
                                 "name": "inflate",
-                                "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                "image": images::resolve(&cluster.spec, versions::PAUSE).reference(),
                                 "resources": { "requests": { "cpu": "1" } },
                             }],
                         }

@@ -1,12 +1,16 @@
-//! A simulation of Karpenter v1.14's provisioning scheduler for this project's NodePools: given
-//! NodePools (rendered from a spec or written by hand), workloads and optionally existing nodes,
-//! it tells which NodeClaims Karpenter would create (NodePool, instance-type options, the likely
-//! type, capacity type and zone, the pods on each, $/h) and which pods it would leave Pending,
-//! and why.
+//! Simulations of two Karpenter v1.14 controllers for this project's NodePools, behind `plan`
+//! and `plan --disrupt`:
 //!
-//! Owns the provisioning simulation: queue, NodeClaims, limits, relaxation, launch choice and the
-//! plan. Must not do I/O or use threads, and must not restate Karpenter's requirement, toleration
-//! or label semantics: those come from `kk-karpenter` (re-exported as [`req`] and [`labels`]).
+//! - the **provisioning scheduler**: given NodePools (rendered from a spec or written by
+//!   hand), workloads and optionally existing nodes, which NodeClaims Karpenter would create
+//!   (NodePool, instance-type options, the likely type, capacity type and zone, the pods on
+//!   each, $/h) and which pods it would leave Pending, and why;
+//! - the **disruption controller** ([`disrupt`]): given a running cluster's state, which nodes
+//!   it would expire, delete as empty, replace for drift or consolidate, with what, and why it
+//!   keeps the others.
+//!
+//! Owns both simulations. Must not restate Karpenter's requirement, toleration or label
+//! semantics: those come from `kk-karpenter` (re-exported as [`req`] and [`labels`]).
 //!
 //! Pure and deterministic: no I/O, no threads; the same input gives the same plan, byte for byte.
 //!
@@ -20,7 +24,9 @@
 //!
 //! Module map: [`req`] is the requirement algebra; [`topology`] the spread/affinity groups;
 //! [`solver`] the queue, existing nodes, in-flight and new NodeClaims, limits and relaxation;
-//! [`plan`] the launch choice and the output; [`input`] reads manifests.
+//! [`plan`] the launch choice and the output; [`input`] reads manifests; [`disrupt`] the
+//! disruption controller (its clock, state, methods and report); [`scenario`] the oracle's
+//! formats (docs/fidelity.md); [`gosort`] Go's unstable sort, for Go's order of ties.
 
 pub mod gosort;
 /// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).

@@ -92,6 +92,17 @@ pub fn newest_covering(minor: u32, patch: u32) -> Option<&'static KubeanRelease>
     releases().iter().rev().find(|r| r.covers(minor, patch))
 }
 
+/// `(minor, patch)` of a Kubernetes version `1.<minor>.<patch>` (a leading `v` allowed).
+pub fn minor_patch(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    if parts.next()? != "1" {
+        return None;
+    }
+    let minor = parts.next()?.parse().ok()?;
+    let patch = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((minor, patch))
+}
+
 /// The tag of an image reference (`ghcr.io/kubean-io/spray-job:v0.37.0@sha256:...` → `v0.37.0`).
 pub fn image_tag(image: &str) -> Option<&str> {
     let without_digest = image.split('@').next().unwrap_or(image);

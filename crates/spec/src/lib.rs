@@ -8,16 +8,21 @@
 
 pub mod ca;
 pub mod iam;
+pub mod images;
+pub mod interruption;
 pub mod kubean_support;
 mod load;
 pub mod names;
+pub mod pin;
 pub mod types;
 mod validate;
+pub mod versions;
+pub mod vpc_endpoints;
 
 pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
 pub use load::{LoadedSpec, SpecError, parse_spec, spec_from_documents};
 pub use types::*;
-pub use validate::{node_class_name, validate};
+pub use validate::{node_class_name, validate, warnings};
 
 /// The commented example that `init` prints and `render --example` renders.
 pub const EXAMPLE: &str = include_str!("example.yaml");
@@ -41,7 +46,7 @@ mod tests {
                     .join("\n")
             )
         });
-        assert_eq!(loaded.spec.spec.pools.len(), 3);
+        assert_eq!(loaded.spec.spec.pools.len(), 4);
     }
 
     fn errors_with_image(image: &str) -> Vec<String> {

@@ -7,7 +7,7 @@ use kk_model::{FieldPath, PathSeg, Pos};
 use serde_json::Value;
 
 use crate::types::ElasticCluster;
-use crate::validate::validate;
+use crate::validate::{validate, warnings};
 
 /// One problem in a spec, located in its source (always with a position).
 pub type SpecError = kk_model::LocatedError;
@@ -18,6 +18,9 @@ pub struct LoadedSpec {
     pub spec: ElasticCluster,
     pub document: Document,
     pub file: String,
+    /// What validation let through but the user should hear about (`kk_spec::warnings`),
+    /// located like errors.
+    pub warnings: Vec<SpecError>,
 }
 
 /// Parses and validates one ElasticCluster document. `file` names the source in errors.
@@ -69,10 +72,16 @@ pub fn spec_from_documents(docs: Vec<Document>, file: &str) -> Result<LoadedSpec
         .map(|(path, message)| at(document.pos(&path), path, message))
         .collect();
     if errors.is_empty() {
+        let mut warnings: Vec<SpecError> = warnings(&spec)
+            .into_iter()
+            .map(|(path, message)| at(document.pos(&path), path, message))
+            .collect();
+        warnings.sort_by_cached_key(|e| (e.pos, FieldPath::parse(&e.field), e.message.clone()));
         Ok(LoadedSpec {
             spec,
             document,
             file: file.to_owned(),
+            warnings,
         })
     } else {
         // By position, then by field path segment by segment (not as text).

@@ -14,9 +14,17 @@ pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
 
 /// The join configuration's store name, defaulted per mode.
 pub fn join_store(spec: &ClusterSpec, cluster: &str) -> String {
-    match (&spec.join.store_name, spec.join.mode) {
-        (Some(name), _) => name.clone(),
-        (None, JoinMode::SecretsManager) => format!("kubean-karpenter/{cluster}/join"),
-        (None, _) => format!("/kubean-karpenter/{cluster}/join"),
+    match &spec.join.store_name {
+        Some(name) => name.clone(),
+        None => default_join_store(spec.join.mode, cluster),
+    }
+}
+
+/// The store name when the spec names none: an SSM parameter path, which starts with `/`, or a
+/// Secrets Manager secret name, which does not.
+pub fn default_join_store(mode: JoinMode, cluster: &str) -> String {
+    match mode {
+        JoinMode::SecretsManager => format!("kubean-karpenter/{cluster}/join"),
+        JoinMode::Ssm | JoinMode::Static => format!("/kubean-karpenter/{cluster}/join"),
     }
 }

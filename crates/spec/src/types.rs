@@ -31,7 +31,8 @@ pub struct Metadata {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterSpec {
-    /// Kubernetes version Kubean installs, e.g. `1.35.5` (Karpenter v1.14 supports 1.29–1.36).
+    /// Kubernetes version Kubean installs, e.g. `1.35.5` (within the Karpenter release's range
+    /// in the versions table: 1.14 supports 1.29–1.36).
     pub kubernetes_version: String,
     pub api_server: ApiServer,
     /// The new cluster's CA. Absent in stage 1 (before Kubean has created the CA): `render`
@@ -58,6 +59,72 @@ pub struct ClusterSpec {
     /// approver) that the `ssm` and `secrets-manager` join modes run; required there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<Controller>,
+    /// Per-image overrides, keyed by the versions table's component name
+    /// (`cloud-controller-manager`, `nvidia-device-plugin`, ...): a mirror repository, a digest
+    /// (rendered `repository:tag@sha256:...`), and for components whose version the spec sets
+    /// nowhere else, the tag.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub images: BTreeMap<String, ImageOverride>,
+    /// An air-gapped install: every image is pulled from `mirror`, Kubespray downloads files
+    /// from `filesRepo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<Registry>,
+    /// Prometheus monitoring of the fleet (`monitoring/`, Karpenter's ServiceMonitor), rendered
+    /// only when the cluster runs the Prometheus Operator (`prometheusOperator: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<Monitoring>,
+}
+
+/// What the cluster's Prometheus Operator should watch and alert on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Monitoring {
+    /// The cluster runs the Prometheus Operator (its CRDs `monitoring.coreos.com/v1`): render
+    /// `monitoring/` (alert rules, a PodMonitor for our controllers) and turn on the Karpenter
+    /// chart's ServiceMonitor. Off by default: without the operator those kinds do not exist.
+    #[serde(default)]
+    pub prometheus_operator: bool,
+    /// Labels put on every monitoring object, for the Prometheus resource's rule and monitor
+    /// selectors (kube-prometheus-stack selects `release: <its Helm release>` by default).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Minutes a GPU NodeClaim may stay launched but not initialized (billed, unusable: the
+    /// driver or device plugin never came up) before the alert fires.
+    #[serde(default = "default_gpu_initialized_within_minutes")]
+    pub gpu_initialized_within_minutes: u32,
+}
+
+fn default_gpu_initialized_within_minutes() -> u32 {
+    15
+}
+
+/// The private registry (and file server) an air-gapped cluster pulls from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registry {
+    /// `host[:port]` of the mirror. Every image `upstream-host/path:tag` becomes
+    /// `mirror/path:tag` (the layout `skopeo copy` to `docker://mirror/path:tag` and containerd's
+    /// `hosts.toml` mirrors both use); nodes also get containerd mirror config for the public
+    /// registries, Kubespray its offline variables.
+    pub mirror: String,
+    /// Kubespray's `files_repo`: an HTTP(S) server holding kubeadm, kubelet, etcd, CNI, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_repo: Option<String>,
+}
+
+/// One image's override (`spec.images.<component>`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageOverride {
+    /// Registry and repository, no tag or digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// The tag; only for components whose version is not set elsewhere in the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// `sha256:` and 64 lowercase hex digits: the image manifest (or index) digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -248,14 +315,19 @@ pub struct Tag {
 pub struct Karpenter {
     #[serde(default = "default_karpenter_namespace")]
     pub namespace: String,
-    /// Helm chart version of oci://public.ecr.aws/karpenter/karpenter.
+    /// Helm chart version of oci://public.ecr.aws/karpenter/karpenter (default: the versions
+    /// table's, `kubean-karpenter versions`).
     #[serde(default = "default_karpenter_version")]
     pub version: String,
     #[serde(default)]
     pub credentials: ControllerCredentials,
-    /// SQS queue for interruption events; empty disables the interruption controller.
-    #[serde(default)]
-    pub interruption_queue: String,
+    /// The SQS queue Karpenter reads spot-interruption, rebalance, state-change, scheduled
+    /// maintenance and capacity-reservation events from (a queue name, not a URL or ARN).
+    /// Absent: the cluster's name whenever a pool allows `spot` or `reserved`, none otherwise.
+    /// `""` turns it off (validate warns when a pool allows spot). See
+    /// [`crate::interruption::queue_name`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption_queue: Option<String>,
     /// No internet: skip the pricing API.
     #[serde(rename = "isolatedVPC", default)]
     pub isolated_vpc: bool,
@@ -267,7 +339,7 @@ impl Default for Karpenter {
             namespace: default_karpenter_namespace(),
             version: default_karpenter_version(),
             credentials: ControllerCredentials::default(),
-            interruption_queue: String::new(),
+            interruption_queue: None,
             isolated_vpc: false,
         }
     }
@@ -278,7 +350,7 @@ fn default_karpenter_namespace() -> String {
 }
 
 fn default_karpenter_version() -> String {
-    "1.14.1".into()
+    crate::versions::default_version(crate::versions::KARPENTER).into()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -354,6 +426,11 @@ pub struct Join {
     /// only `writerArns` (the rotator's identity) write it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kms: Option<JoinKms>,
+    /// Static mode only, and required there: the token sits in userData with kubeadm's
+    /// auto-approval, so whoever reads userData (IMDS, `ec2:DescribeInstanceAttribute`, the
+    /// EC2NodeClass) can register as any node until it expires. For labs and tests.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_static: bool,
 }
 
 /// How the nodes of a pool (of its node class) prove who they are when they join.
@@ -461,6 +538,64 @@ pub struct Pool {
     pub kubelet: Option<Kubelet>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i64>,
+    /// Node-class field: the capacity reservations (On-Demand Capacity Reservations, capacity
+    /// blocks for ML) its `reserved` offerings come from, as Karpenter's
+    /// `capacityReservationSelectorTerms` (terms are ORed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_reservations: Vec<CapacityReservationTerm>,
+    /// How long Karpenter lets a node's pods drain (checkpoint) before it removes the node
+    /// anyway (`spec.template.spec.terminationGracePeriod`): e.g. `2h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period: Option<String>,
+    /// Node-class field: `raid0` puts the kubelet's and containerd's roots on a RAID0 of the
+    /// instance-store NVMe disks, built by the userData (Karpenter ignores
+    /// `instanceStorePolicy` with `amiFamily: Custom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_storage: Option<LocalStorage>,
+    /// Pods of this pool use EFA (`vpc.amazonaws.com/efa`): the EFA device plugin runs on its
+    /// nodes, and the node security groups admit all traffic from themselves.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub efa: bool,
+    /// Kueue job queueing for this GPU pool: a ResourceFlavor (its nodes), a ClusterQueue
+    /// (quota = its limits) and a LocalQueue in each namespace listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<PoolQueue>,
+}
+
+/// `queue` on a GPU pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolQueue {
+    /// Namespaces whose jobs may use the pool: each gets a LocalQueue named after the pool.
+    pub namespaces: Vec<String>,
+}
+
+/// What the userData does with the instance-store NVMe disks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalStorage {
+    /// One RAID0 array of every instance-store disk, under /var/lib/kubelet and
+    /// /var/lib/containerd.
+    Raid0,
+}
+
+/// One capacity-reservation selector term: an `id`, or `tags` and/or `instanceMatchCriteria`
+/// (optionally narrowed to an `ownerID`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapacityReservationTerm {
+    /// A reservation ID, `cr-` and hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Tags the reservations carry (`"*"` matches any value of a key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    /// The account owning the reservations (shared reservations), 12 digits.
+    #[serde(rename = "ownerID", default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    /// `open` or `targeted` (capacity blocks are targeted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_match_criteria: Option<String>,
 }
 
 /// A quantity written as a string (`"500"`, `1000Gi`) or a bare number (`500`).
@@ -516,6 +651,10 @@ pub struct Instances {
     /// Karpenter `minValues` on the instance-type flexibility (spot diversity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_values: Option<i64>,
+    /// Which reservations the pool's `reserved` offerings may come from: `capacity-block`
+    /// (capacity blocks for ML) or `default` (On-Demand Capacity Reservations); unset, both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_type: Option<String>,
 }
 
 fn default_capacity_types() -> Vec<String> {

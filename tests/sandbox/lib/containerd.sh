@@ -43,3 +43,9 @@ kk_containerd_load() {
   dir=$(kk_containerd_state)
   kk_containerd_config >"$dir/running"
 }
+
+kk_containerd_stop() {
+  local dir
+  dir=$(kk_containerd_state)
+  rm -f "$dir/running"
+}

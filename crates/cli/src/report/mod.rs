@@ -28,6 +28,8 @@ const MIN_POD: f64 = 2.0;
 const STYLE: &str = include_str!("style.css");
 const SCRIPT: &str = include_str!("report.js");
 
+pub mod upgrade;
+
 /// What the page shows of one pod.
 struct PodView<'a> {
     key: String,

@@ -1,6 +1,6 @@
 //! Arbitrary bytes as one lint input: `Input::from_bytes` → `kk_lint::lint` (loader, embedded
 //! Kubean YAML, every rule) → every output format. Refusals are fine; panics, hangs and
-//! blow-ups are bugs. The same entry runs in CI as a proptest (tests/arbitrary_input.rs).
+//! blow-ups are bugs. The same entry runs in CI as a proptest (tests/it/arbitrary_input.rs).
 #![no_main]
 
 use kk_lint::output::{self, Format};

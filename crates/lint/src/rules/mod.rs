@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod crd;
 pub mod gpu;
 pub mod kubean;
+pub mod kueue;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod userdata;

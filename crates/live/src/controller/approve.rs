@@ -11,7 +11,13 @@
 //!   the kubelet's TLS bootstrap sends;
 //! - `<name>` must be an instance a NodeClaim's `status.providerID` names (our userData
 //!   names nodes by instance ID), with no Node of that name yet, and no certificate for it
-//!   approved before;
+//!   approved before; the CSR must be younger than that NodeClaim;
+//! - it must be the **only** pending CSR of ours naming that instance. A join token can list
+//!   and watch CSRs, so its holder can answer a real kubelet's CSR with its own for the same
+//!   name; "first come" would then hand the node's identity (and the pods Karpenter launched
+//!   it for) to whoever sorts first. When two or more ask for one name, all of them are
+//!   denied, reported, and the name stays contested: later CSRs for it are denied too
+//!   (the instance never joins and Karpenter replaces it: a denial of service, not a takeover);
 //! - every other kubelet-client CSR from that group is denied, with the reason in the CSR's
 //!   condition.
 //!
@@ -23,7 +29,7 @@
 //! CSRs from anyone else (Kubespray's own joins in kubeadm's group, kubelet renewals by
 //! `system:node:*`) are left alone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
@@ -44,6 +50,8 @@ pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kub
 /// Condition reasons we write (the message says why).
 pub const APPROVED_REASON: &str = "KubeanKarpenterNodeClaim";
 pub const DENIED_REASON: &str = "KubeanKarpenterRefused";
+/// Denied because more than one CSR asked for the same node: the name is then contested.
+pub const CONTESTED_REASON: &str = "KubeanKarpenterContested";
 
 const OID_CN: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const OID_O: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.10");
@@ -55,17 +63,41 @@ const OID_RSA: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1
 pub enum Decision {
     Approve(String),
     Deny(String),
+    /// Denied because several CSRs asked for one node name (reported, and the name blocked).
+    Contested(String),
+}
+
+impl Decision {
+    /// The CSR condition type and reason this decision writes (also the metric's labels).
+    pub fn condition(&self) -> (&'static str, &'static str) {
+        match self {
+            Decision::Approve(_) => ("Approved", APPROVED_REASON),
+            Decision::Deny(_) => ("Denied", DENIED_REASON),
+            Decision::Contested(_) => ("Denied", CONTESTED_REASON),
+        }
+    }
+
+    /// Why, as written into the condition's message.
+    pub fn message(&self) -> &str {
+        match self {
+            Decision::Approve(m) | Decision::Deny(m) | Decision::Contested(m) => m,
+        }
+    }
 }
 
 /// What the approver knows about the cluster when deciding.
 #[derive(Debug, Default, Clone)]
 pub struct Known {
-    /// Instance IDs named by NodeClaims' `status.providerID`.
-    pub claimed_instances: BTreeSet<String>,
+    /// Instance IDs named by NodeClaims' `status.providerID`, with the NodeClaim's creation time.
+    pub claimed_instances: BTreeMap<String, jiff::Timestamp>,
     /// Names of existing Nodes.
     pub nodes: BTreeSet<String>,
     /// Node names a client certificate was already approved for.
     pub approved: BTreeSet<String>,
+    /// How many pending CSRs of ours ask for each node name (valid or not).
+    pub pending_per_name: BTreeMap<String, usize>,
+    /// Node names once asked for by competing CSRs (denied with [`CONTESTED_REASON`]).
+    pub contested: BTreeSet<String>,
 }
 
 /// The instance ID at the end of an AWS provider ID (`aws:///<zone>/<instance-id>`).
@@ -90,6 +122,16 @@ fn is_approved(csr: &CertificateSigningRequest) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Approved"))
+}
+
+fn is_contested(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Denied" && c.reason.as_deref() == Some(CONTESTED_REASON))
+        })
 }
 
 /// True when a join-token holder of ours asked (the only CSRs this approver decides).
@@ -198,6 +240,25 @@ pub fn decide(csr: &CertificateSigningRequest, known: &Known) -> Option<Decision
             "{user:?} is in {JOIN_TOKEN_GROUP} but is not a bootstrap token"
         ));
     }
+    // A race first: a competing CSR (even a malformed one) proves that someone besides the
+    // instance knows its name and holds a join token, so no CSR for that name is approved.
+    if let Some(name) = requested_cn(csr)
+        .as_deref()
+        .and_then(|cn| cn.strip_prefix("system:node:"))
+    {
+        let competing = known.pending_per_name.get(name).copied().unwrap_or(0);
+        if competing > 1 {
+            return Some(Decision::Contested(format!(
+                "{competing} pending CSRs ask for system:node:{name}: a join-token holder may be \
+                 racing the instance's kubelet, so none is approved and the name stays refused"
+            )));
+        }
+        if known.contested.contains(name) {
+            return Some(Decision::Contested(format!(
+                "system:node:{name} was asked for by competing CSRs before: it is never approved"
+            )));
+        }
+    }
     let usages = spec.usages.clone().unwrap_or_default();
     let name = match requested_node(&spec.request.0, &usages) {
         Ok(name) => name,
@@ -213,9 +274,17 @@ pub fn decide(csr: &CertificateSigningRequest, known: &Known) -> Option<Decision
             "a client certificate for system:node:{name} was already approved"
         ));
     }
-    if !known.claimed_instances.contains(&name) {
+    let Some(claimed_at) = known.claimed_instances.get(&name) else {
         return deny(format!(
             "no NodeClaim's providerID names instance {name}: only instances Karpenter launched join with this token"
+        ));
+    };
+    if let Some(filed) = &csr.metadata.creation_timestamp
+        && filed.0 < *claimed_at
+    {
+        return deny(format!(
+            "the CSR was filed at {} before the NodeClaim naming instance {name} was created ({claimed_at})",
+            filed.0
         ));
     }
     Some(Decision::Approve(format!(
@@ -223,7 +292,7 @@ pub fn decide(csr: &CertificateSigningRequest, known: &Known) -> Option<Decision
     )))
 }
 
-fn nodeclaims_api(client: &Client) -> Api<DynamicObject> {
+pub(crate) fn nodeclaims_api(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
     Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
 }
@@ -257,15 +326,24 @@ pub async fn approve_pending(client: &Client) -> Result<Vec<(String, Decision)>,
         return Ok(Vec::new());
     }
     let mut known = Known::default();
+    let node_of = |csr: &CertificateSigningRequest| {
+        requested_cn(csr).and_then(|cn| cn.strip_prefix("system:node:").map(str::to_owned))
+    };
     for csr in list
         .items
         .iter()
-        .filter(|c| is_approved(c) && c.spec.signer_name == KUBELET_CLIENT_SIGNER)
+        .filter(|c| c.spec.signer_name == KUBELET_CLIENT_SIGNER)
     {
-        if let Some(name) =
-            requested_cn(csr).and_then(|cn| cn.strip_prefix("system:node:").map(str::to_owned))
-        {
+        let Some(name) = node_of(csr) else { continue };
+        if is_approved(csr) {
             known.approved.insert(name);
+        } else if is_contested(csr) {
+            known.contested.insert(name);
+        }
+    }
+    for csr in pending.iter().copied() {
+        if let Some(name) = node_of(csr) {
+            *known.pending_per_name.entry(name).or_default() += 1;
         }
     }
     let claims = nodeclaims_api(client)
@@ -277,7 +355,12 @@ pub async fn approve_pending(client: &Client) -> Result<Vec<(String, Decision)>,
             .as_str()
             .and_then(instance_id)
         {
-            known.claimed_instances.insert(id.to_owned());
+            let created = claim
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(jiff::Timestamp::MAX, |t| t.0);
+            known.claimed_instances.insert(id.to_owned(), created);
         }
     }
     let nodes: Api<Node> = Api::all(client.clone());
@@ -300,10 +383,11 @@ pub async fn approve_pending(client: &Client) -> Result<Vec<(String, Decision)>,
         let Some(decision) = decide(csr, &known) else {
             continue;
         };
-        let (type_, reason, message) = match &decision {
-            Decision::Approve(m) => ("Approved", APPROVED_REASON, m.clone()),
-            Decision::Deny(m) => ("Denied", DENIED_REASON, m.clone()),
-        };
+        let (type_, reason) = decision.condition();
+        let message = decision.message().to_owned();
+        if let Decision::Contested(why) = &decision {
+            tracing::warn!(csr = %name, requester = csr.spec.username.as_deref().unwrap_or(""), why = %why, "competing node CSRs: a join token may be in the wrong hands");
+        }
         let mut updated = csr.clone();
         let status = updated.status.get_or_insert_with(Default::default);
         status

@@ -11,7 +11,16 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use jiff::Timestamp;
 
+use super::approve::{APPROVED_REASON, CONTESTED_REASON, DENIED_REASON, Decision};
 use super::leader::Leadership;
+
+/// The labels of `kubean_karpenter_csr_decisions_total`, in exposition order: every
+/// `(condition, reason)` the approver writes, so each series exists (at 0) from the start.
+pub const CSR_DECISION_LABELS: [(&str, &str); 3] = [
+    ("Approved", APPROVED_REASON),
+    ("Denied", CONTESTED_REASON),
+    ("Denied", DENIED_REASON),
+];
 
 const UNKNOWN: i64 = i64::MIN;
 
@@ -21,6 +30,9 @@ pub struct Metrics {
     rotations: AtomicU64,
     errors: AtomicU64,
     deleted: AtomicU64,
+    orphans: AtomicU64,
+    /// Node CSR decisions, one counter per entry of [`CSR_DECISION_LABELS`].
+    csr_decisions: [AtomicU64; CSR_DECISION_LABELS.len()],
     /// Unix seconds of the stored token's expiration; `UNKNOWN` before the first read.
     expiry: AtomicI64,
     leadership: Arc<Leadership>,
@@ -44,6 +56,8 @@ impl Metrics {
             rotations: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             deleted: AtomicU64::new(0),
+            orphans: AtomicU64::new(0),
+            csr_decisions: Default::default(),
             expiry: AtomicI64::new(UNKNOWN),
             leadership,
             heartbeat: Mutex::new(Instant::now()),
@@ -66,6 +80,19 @@ impl Metrics {
     /// Expired tokens of ours this replica deleted.
     pub fn deleted(&self) -> u64 {
         self.deleted.load(Ordering::Relaxed)
+    }
+
+    /// Instance-named Nodes no NodeClaim owned that this replica removed.
+    pub fn orphans(&self) -> u64 {
+        self.orphans.load(Ordering::Relaxed)
+    }
+
+    /// Node CSRs this replica decided with `(condition, reason)` (0 for an unknown pair).
+    pub fn csr_decisions(&self, condition: &str, reason: &str) -> u64 {
+        CSR_DECISION_LABELS
+            .iter()
+            .position(|l| *l == (condition, reason))
+            .map_or(0, |i| self.csr_decisions[i].load(Ordering::Relaxed))
     }
 
     /// Whether this replica holds the lease now.
@@ -91,6 +118,19 @@ impl Metrics {
 
     pub(crate) fn deleted_one(&self) {
         self.deleted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn orphans_removed(&self, n: usize) {
+        self.orphans.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn csr_decided(&self, decision: &Decision) {
+        if let Some(i) = CSR_DECISION_LABELS
+            .iter()
+            .position(|l| *l == decision.condition())
+        {
+            self.csr_decisions[i].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn set_expiration(&self, expiration: Option<Timestamp>) {
@@ -133,36 +173,62 @@ impl Metrics {
             None => "NaN".to_owned(),
         };
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        let metric = |out: &mut String, name: &str, kind: &str, help: &str, value: String| {
             out.push_str(&format!(
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
             ));
         };
         metric(
+            &mut out,
             "kubean_karpenter_join_token_expiry_seconds",
             "gauge",
             "Seconds until the bootstrap token in the join store expires (negative once expired, NaN before the store was read).",
             expiry,
         );
         metric(
+            &mut out,
             "kubean_karpenter_join_token_rotations_total",
             "counter",
             "Bootstrap tokens this replica created and published to the join store.",
             self.rotations().to_string(),
         );
         metric(
+            &mut out,
             "kubean_karpenter_expired_tokens_deleted_total",
             "counter",
             "Expired bootstrap tokens of ours this replica deleted.",
             self.deleted().to_string(),
         );
         metric(
+            &mut out,
+            "kubean_karpenter_orphan_nodes_removed_total",
+            "counter",
+            "Instance-named Nodes that no NodeClaim named, removed by this replica (the approver).",
+            self.orphans().to_string(),
+        );
+        let decisions = CSR_DECISION_LABELS
+            .iter()
+            .map(|(condition, reason)| {
+                format!(
+                    "kubean_karpenter_csr_decisions_total{{condition=\"{condition}\",reason=\"{reason}\"}} {}\n",
+                    self.csr_decisions(condition, reason)
+                )
+            })
+            .collect::<String>();
+        out.push_str(concat!(
+            "# HELP kubean_karpenter_csr_decisions_total Node client CSRs of our join-token group this replica decided (the approver), by the condition and reason it wrote.\n",
+            "# TYPE kubean_karpenter_csr_decisions_total counter\n",
+        ));
+        out.push_str(&decisions);
+        metric(
+            &mut out,
             "kubean_karpenter_errors_total",
             "counter",
             "Failed reconciles, join-store reads and lease requests.",
             self.errors().to_string(),
         );
         metric(
+            &mut out,
             "kubean_karpenter_is_leader",
             "gauge",
             "1 while this replica holds the lease and rotates tokens.",
@@ -204,4 +270,63 @@ pub(crate) fn router(m: Arc<Metrics>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics() -> Metrics {
+        Metrics::new(
+            Arc::new(Leadership::default()),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+    }
+
+    fn family(text: &str, name: &str) -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(name))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_csr_decision_series_is_exposed_from_the_start() {
+        let text = metrics().render(Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            family(&text, "kubean_karpenter_csr_decisions_total"),
+            [
+                "# HELP kubean_karpenter_csr_decisions_total Node client CSRs of our join-token group this replica decided (the approver), by the condition and reason it wrote.",
+                "# TYPE kubean_karpenter_csr_decisions_total counter",
+                "kubean_karpenter_csr_decisions_total{condition=\"Approved\",reason=\"KubeanKarpenterNodeClaim\"} 0",
+                "kubean_karpenter_csr_decisions_total{condition=\"Denied\",reason=\"KubeanKarpenterContested\"} 0",
+                "kubean_karpenter_csr_decisions_total{condition=\"Denied\",reason=\"KubeanKarpenterRefused\"} 0",
+            ]
+        );
+    }
+
+    #[test]
+    fn decisions_count_under_their_reason_and_render_the_same_every_time() {
+        let m = metrics();
+        m.csr_decided(&Decision::Approve("a".into()));
+        m.csr_decided(&Decision::Deny("b".into()));
+        m.csr_decided(&Decision::Deny("c".into()));
+        m.csr_decided(&Decision::Contested("d".into()));
+        assert_eq!(m.csr_decisions("Approved", APPROVED_REASON), 1);
+        assert_eq!(m.csr_decisions("Denied", DENIED_REASON), 2);
+        assert_eq!(m.csr_decisions("Denied", CONTESTED_REASON), 1);
+        assert_eq!(m.csr_decisions("Approved", DENIED_REASON), 0);
+        let text = m.render(Timestamp::UNIX_EPOCH);
+        assert_eq!(text, m.render(Timestamp::UNIX_EPOCH));
+        let series: Vec<_> = family(&text, "kubean_karpenter_csr_decisions_total{")
+            .into_iter()
+            .map(|l| l.rsplit_once(' ').unwrap().1.to_owned())
+            .collect();
+        assert_eq!(series, ["1", "1", "2"]);
+        // Each family's HELP and TYPE come once, before its samples.
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        assert_eq!((types, helps), (7, 7));
+    }
 }

@@ -12,6 +12,7 @@
 pub mod approve;
 mod leader;
 mod metrics;
+pub mod orphans;
 mod rotate;
 
 use std::future::Future;
@@ -76,6 +77,9 @@ pub struct ControllerConfig {
     /// How often the leader decides pending node CSRs from our join group (`None`: the
     /// approver is off; see [`approve`]).
     pub approve_every: Option<Duration>,
+    /// With the approver: remove instance-named Nodes no NodeClaim names once they are this
+    /// old (`None`: never; see [`orphans`]).
+    pub orphan_grace: Option<Duration>,
     /// How often the leader checks the store when all is well.
     pub tick: Duration,
     /// How soon it tries again after a failure.
@@ -186,7 +190,8 @@ pub struct Controller {
     client: Client,
     /// The apiserver's address and CA, for authenticating as the stored token.
     probe: kube::Config,
-    store: JoinStore,
+    /// `None`: the CSR approver alone ([`Controller::approver_only`]), no rotation.
+    store: Option<JoinStore>,
     config: ControllerConfig,
     leadership: Arc<Leadership>,
     metrics: Arc<Metrics>,
@@ -202,6 +207,49 @@ impl Controller {
         config: ControllerConfig,
     ) -> Result<Self, ControllerError> {
         config.validate()?;
+        Self::build(kube_config, Some(store), config)
+    }
+
+    /// The CSR approver on its own: no store, no tokens, no AWS. It runs under its own
+    /// service account, so the rotator's credentials cannot approve a node and the
+    /// approver's cannot mint a token.
+    pub fn approver_only(
+        kube_config: kube::Config,
+        approve_every: Duration,
+        orphan_grace: Option<Duration>,
+        lease: LeaseConfig,
+    ) -> Result<Self, ControllerError> {
+        if approve_every.is_zero() {
+            return Err(ControllerError::Config(
+                "--approve-interval must be positive".into(),
+            ));
+        }
+        if lease.duration < Duration::from_secs(3) || lease.identity.is_empty() {
+            return Err(ControllerError::Config(
+                "--lease-duration must be at least 3s and --identity not empty".into(),
+            ));
+        }
+        let config = ControllerConfig {
+            cluster: String::new(),
+            api_server_endpoint: String::new(),
+            ca_cert_hash: String::new(),
+            ttl: crate::token::TTL_CEILING,
+            rotate_at: 0.5,
+            overlap: Duration::ZERO,
+            approve_every: Some(approve_every),
+            orphan_grace,
+            tick: approve_every,
+            retry: approve_every,
+            lease,
+        };
+        Self::build(kube_config, None, config)
+    }
+
+    fn build(
+        kube_config: kube::Config,
+        store: Option<JoinStore>,
+        config: ControllerConfig,
+    ) -> Result<Self, ControllerError> {
         let client = Client::try_from(kube_config.clone())
             .map_err(|e| ControllerError::Config(format!("cannot build a client: {e}")))?;
         let leadership = Arc::new(Leadership::default());
@@ -257,7 +305,7 @@ impl Controller {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, done_rx) = watch::channel(false);
         let margin = config.ttl.mul_f64(1.0 - config.rotate_at);
-        if margin <= config.lease.duration + config.tick {
+        if store.is_some() && margin <= config.lease.duration + config.tick {
             tracing::warn!(
                 margin = %format_duration(margin),
                 "a token outlives its rotation point by less than a lease duration plus a tick: \
@@ -266,7 +314,7 @@ impl Controller {
         }
         tracing::info!(
             cluster = %config.cluster,
-            store = %store.describe(),
+            store = %store.as_ref().map_or("none (CSR approver only)".into(), JoinStore::describe),
             identity = %config.lease.identity,
             lease = %format!("{}/{}", config.lease.namespace, config.lease.name),
             ttl = %format_duration(config.ttl),
@@ -282,17 +330,19 @@ impl Controller {
             done_rx,
         );
         let reconciler = async {
-            reconcile_loop(
-                &client,
-                &probe,
-                &store,
-                &config,
-                &leadership,
-                &metrics,
-                stop_rx.clone(),
-            )
-            .await;
-            let _ = done_tx.send(true);
+            if let Some(store) = &store {
+                reconcile_loop(
+                    &client,
+                    &probe,
+                    store,
+                    &config,
+                    &leadership,
+                    &metrics,
+                    stop_rx.clone(),
+                )
+                .await;
+                let _ = done_tx.send(true);
+            }
         };
         let approver = async {
             let Some(every) = config.approve_every else {
@@ -300,6 +350,10 @@ impl Controller {
             };
             let mut stop = stop_rx.clone();
             while !*stop.borrow() {
+                if store.is_none() {
+                    // Alone, the approver's loop is what /healthz watches.
+                    metrics.beat();
+                }
                 if leadership.is_leading() {
                     match tokio::time::timeout(
                         Duration::from_secs(30),
@@ -307,7 +361,11 @@ impl Controller {
                     )
                     .await
                     {
-                        Ok(Ok(_)) => {}
+                        Ok(Ok(decided)) => {
+                            for (_, decision) in &decided {
+                                metrics.csr_decided(decision);
+                            }
+                        }
                         Ok(Err(e)) => {
                             metrics.error();
                             tracing::error!(error = %e, "deciding node CSRs failed");
@@ -317,11 +375,32 @@ impl Controller {
                             tracing::error!("deciding node CSRs timed out");
                         }
                     }
+                    if let Some(grace) = config.orphan_grace {
+                        match tokio::time::timeout(
+                            Duration::from_secs(30),
+                            orphans::remove_orphaned_nodes(&client, grace),
+                        )
+                        .await
+                        {
+                            Ok(Ok(removed)) => metrics.orphans_removed(removed.len()),
+                            Ok(Err(e)) => {
+                                metrics.error();
+                                tracing::error!(error = %e, "removing orphaned Nodes failed");
+                            }
+                            Err(_) => {
+                                metrics.error();
+                                tracing::error!("removing orphaned Nodes timed out");
+                            }
+                        }
+                    }
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.changed() => {}
                 }
+            }
+            if store.is_none() {
+                let _ = done_tx.send(true);
             }
         };
         let server = async {
@@ -441,7 +520,7 @@ mod tests {
         let (_, deployment) = bundle
             .manifests()
             .into_iter()
-            .find(|(p, o)| p.starts_with("rotator/") && o["kind"] == "Deployment")
+            .find(|(p, o)| p == "rotator/join-token-rotator.yaml" && o["kind"] == "Deployment")
             .unwrap();
         deployment["spec"]["template"]["spec"]["containers"][0]["args"]
             .as_array()
@@ -472,7 +551,9 @@ mod tests {
             ttl: parse("ttl"),
             rotate_at: arg(&args, "rotate-at").parse().unwrap(),
             overlap: parse("overlap"),
-            approve_every: Some(parse("approve-interval")),
+            // The rotator runs with --no-csr-approver: the approver is its own Deployment.
+            approve_every: None,
+            orphan_grace: None,
             tick: parse("tick"),
             retry: parse("retry"),
             lease: LeaseConfig {
@@ -499,6 +580,7 @@ mod tests {
             rotate_at: 0.5,
             overlap: Duration::from_secs(1200),
             approve_every: None,
+            orphan_grace: None,
             tick: Duration::from_secs(60),
             retry: Duration::from_secs(10),
             lease: LeaseConfig {

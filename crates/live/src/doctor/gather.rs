@@ -14,13 +14,16 @@ use serde_json::Value;
 use super::Facts;
 use crate::aws_error::AwsCallError;
 use crate::store::{JoinConfig, JoinStore};
-use crate::token::{self, TokenInfo};
+use crate::token::{self, BootstrapToken};
 
 /// An EC2 instance as the checks see it.
 #[derive(Debug, Clone, Default)]
 pub struct Instance {
     pub state: String,
     pub tags: BTreeMap<String, String>,
+    /// IMDS: `HttpPutResponseHopLimit` and `HttpTokens` (`required` = IMDSv2 only).
+    pub hop_limit: Option<i32>,
+    pub http_tokens: Option<String>,
 }
 
 /// One ingress permission of a security group.
@@ -86,6 +89,7 @@ pub struct Snapshot {
     pub server_version: Read<String>,
     pub nodes: Read<Vec<Node>>,
     pub pods: Read<Vec<Pod>>,
+    pub pdbs: Read<Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
     pub warning_events: Read<Vec<Event>>,
     pub nodeclaims: Read<Vec<DynamicObject>>,
     pub nodepools: Read<Vec<DynamicObject>>,
@@ -93,7 +97,11 @@ pub struct Snapshot {
     pub cluster_info: Read<Option<ConfigMap>>,
     pub ccm_config: Read<Option<ConfigMap>>,
     pub cluster_ca_hash: Read<String>,
-    pub tokens: Read<Vec<TokenInfo>>,
+    /// What the apiserver says the join token is: `None` when there is no token to check
+    /// (no store value, static mode without a token); `Some(Ok(None))` when it does not
+    /// authenticate; `Some(Ok(Some(groups)))` when it does. Learned by authenticating with the
+    /// token, never by reading Secrets: doctor's role has no Secrets access.
+    pub join_token: Option<(String, Read<Option<Vec<String>>>)>,
     pub rbac: Read<Rbac>,
     /// `None`: static join mode (no store).
     pub store: Option<Read<Option<JoinConfig>>>,
@@ -103,6 +111,57 @@ pub struct Snapshot {
     pub node_sgs: Option<Read<Vec<SecurityGroup>>>,
     /// The controller role's live policies; `None` when no role was named.
     pub controller_policies: Option<Read<Vec<(String, Value)>>>,
+    /// The interruption queue and rules; `None` without AWS configuration or without a queue.
+    pub interruption: Option<Read<super::gather_interruption::InterruptionState>>,
+    /// The VPC's endpoints (service name, type, state); `None` without AWS configuration or
+    /// when the spec's VPC is not isolated (nothing to check).
+    pub vpc_endpoints: Option<Read<Vec<VpcEndpoint>>>,
+}
+
+/// One VPC endpoint as EC2 describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VpcEndpoint {
+    pub service_name: String,
+    /// `Interface`, `Gateway`, ...
+    pub kind: String,
+    /// `available`, `pending`, ...
+    pub state: String,
+}
+
+async fn vpc_endpoints(ec2: &aws_sdk_ec2::Client, vpc: &str) -> Read<Vec<VpcEndpoint>> {
+    let call = "ec2:DescribeVpcEndpoints";
+    let mut found = Vec::new();
+    let mut pages = ec2
+        .describe_vpc_endpoints()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .values(vpc)
+                .build(),
+        )
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| AwsCallError::from_sdk(call, &e))?;
+        for e in page.vpc_endpoints() {
+            // Filtered by VPC already; kept for an API that ignores the filter.
+            if e.vpc_id() != Some(vpc) {
+                continue;
+            }
+            found.push(VpcEndpoint {
+                service_name: e.service_name().unwrap_or_default().to_owned(),
+                kind: e
+                    .vpc_endpoint_type()
+                    .map(|t| t.as_str().to_owned())
+                    .unwrap_or_default(),
+                state: e
+                    .state()
+                    .map(|s| s.as_str().to_lowercase())
+                    .unwrap_or_default(),
+            });
+        }
+    }
+    Ok(found)
 }
 
 fn kube_err(what: &str, e: kube::Error) -> ReadError {
@@ -231,6 +290,13 @@ async fn instances(
                                 )
                             })
                             .collect(),
+                        hop_limit: i
+                            .metadata_options()
+                            .and_then(|m| m.http_put_response_hop_limit()),
+                        http_tokens: i
+                            .metadata_options()
+                            .and_then(|m| m.http_tokens())
+                            .map(|t| t.as_str().to_owned()),
                     },
                 );
             }
@@ -414,30 +480,32 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
 /// Reads the cluster and (with `aws`) the account.
 pub async fn gather(
     client: &Client,
+    probe: &kube::Config,
     aws: Option<&aws_config::SdkConfig>,
     facts: &Facts,
 ) -> Snapshot {
     let nodes_api: Api<Node> = Api::all(client.clone());
     let pods_api: Api<Pod> = Api::all(client.clone());
+    let pdbs_api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::all(client.clone());
     let events_api: Api<Event> = Api::all(client.clone());
     let cm_public: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
     let cm_system: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
     let all = ListParams::default();
     let warnings = ListParams::default().fields("type=Warning");
-    let (server_version, nodes, pods, events, nodeclaims, nodepools, nodeclasses) = tokio::join!(
+    let (server_version, nodes, pods, pdbs, events, nodeclaims, nodepools, nodeclasses) = tokio::join!(
         client.apiserver_version(),
         nodes_api.list(&all),
         pods_api.list(&all),
+        pdbs_api.list(&all),
         events_api.list(&warnings),
         list_dynamic(client, "karpenter.sh", "NodeClaim"),
         list_dynamic(client, "karpenter.sh", "NodePool"),
         list_dynamic(client, "karpenter.k8s.aws", "EC2NodeClass"),
     );
-    let (cluster_info, ccm_config, ca_hash, tokens, rbac) = tokio::join!(
+    let (cluster_info, ccm_config, ca_hash, rbac) = tokio::join!(
         cm_public.get_opt("cluster-info"),
         cm_system.get_opt("aws-cloud-controller-manager-config"),
         crate::cahash::from_cluster(client, "kube-system"),
-        token::list(client),
         rbac(client),
     );
     let nodes = nodes
@@ -453,7 +521,23 @@ pub async fn gather(
                 .map_err(ReadError::from),
         }),
     };
+    let token: Option<BootstrapToken> = match &store {
+        Some(Ok(Some(config))) => Some(config.token.clone()),
+        Some(_) => None,
+        None => facts.static_token.clone(),
+    };
+    let join_token = match token {
+        None => None,
+        Some(t) => Some((
+            t.id().to_owned(),
+            token::authenticate(probe, &t)
+                .await
+                .map_err(ReadError::from),
+        )),
+    };
     let (mut instances_read, mut cp_sg, mut node_sg, mut policies) = (None, None, None, None);
+    let mut interruption = None;
+    let mut endpoints = None;
     if let Some(sdk) = aws {
         let ec2 = aws_sdk_ec2::Client::new(sdk);
         let mut ids = BTreeSet::new();
@@ -486,6 +570,10 @@ pub async fn gather(
         if let Some(role) = &facts.controller_role {
             policies = Some(role_policies(&aws_sdk_iam::Client::new(sdk), role).await);
         }
+        interruption = super::gather_interruption::read(sdk, facts).await;
+        if !facts.vpc_endpoints.is_empty() {
+            endpoints = Some(vpc_endpoints(&ec2, &facts.vpc_id).await);
+        }
     }
     Snapshot {
         now: jiff::Timestamp::now(),
@@ -494,6 +582,9 @@ pub async fn gather(
             .map_err(|e| kube_err("GET /version", e)),
         nodes,
         pods: pods.map(|l| l.items).map_err(|e| kube_err("list Pods", e)),
+        pdbs: pdbs
+            .map(|l| l.items)
+            .map_err(|e| kube_err("list PodDisruptionBudgets", e)),
         warning_events: events
             .map(|l| l.items)
             .map_err(|e| kube_err("list Events", e)),
@@ -504,12 +595,14 @@ pub async fn gather(
         ccm_config: ccm_config
             .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
         cluster_ca_hash: ca_hash.map_err(ReadError::from),
-        tokens: tokens.map_err(ReadError::from),
+        join_token,
         rbac,
         store,
         instances: instances_read,
         control_plane_sg: cp_sg,
         node_sgs: node_sg,
         controller_policies: policies,
+        interruption,
+        vpc_endpoints: endpoints,
     }
 }

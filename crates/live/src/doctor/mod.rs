@@ -9,6 +9,7 @@
 
 pub mod checks;
 pub mod gather;
+pub mod gather_interruption;
 pub mod permissions;
 pub mod policy;
 
@@ -74,6 +75,8 @@ pub struct Facts {
     pub store: Option<(crate::store::StoreKind, String)>,
     /// Static mode: the token ID baked into the userData.
     pub static_token_id: Option<String>,
+    /// Static mode: the token itself, to authenticate with (doctor reads no Secrets).
+    pub static_token: Option<crate::token::BootstrapToken>,
     /// `arn:aws:iam::<account>:role/<nodeRole>`.
     pub node_role_arn: String,
     pub control_plane_security_group: String,
@@ -84,12 +87,47 @@ pub struct Facts {
     pub pools: Vec<String>,
     pub gpu_pools: Vec<String>,
     pub karpenter_namespace: String,
+    /// Karpenter and the rotator take the infra workers' instance profile (they then run on the
+    /// host network and the infra workers keep IMDS's hop limit at 1).
+    pub controllers_use_instance_profile: bool,
     /// The controller policy `render` wrote (iam/controller-policy.json).
     pub rendered_controller_policy: Option<Value>,
     /// The controller's IAM role in the account, to read its live policies.
     pub controller_role: Option<String>,
     /// How long a NodeClaim, Node or pod may sit in an intermediate state before it fails.
     pub grace: Duration,
+    /// The interruption queue and rules the spec asks for; `None` when it has no queue.
+    pub interruption: Option<InterruptionFacts>,
+    /// Whether a pool allows spot or reserved capacity (a queue is then expected).
+    pub reclaimable: bool,
+    /// The cluster's VPC, and the endpoints it needs (`kk_spec::vpc_endpoints`; empty unless
+    /// the spec says the VPC is isolated).
+    pub vpc_id: String,
+    pub vpc_endpoints: Vec<kk_spec::vpc_endpoints::RequiredEndpoint>,
+}
+
+/// The interruption queue and its rules, as the spec names them (`kk_spec::interruption`).
+#[derive(Debug, Clone, Default)]
+pub struct InterruptionFacts {
+    pub queue: String,
+    pub queue_arn: String,
+    /// (rule name, detail-type it routes).
+    pub rules: Vec<(String, String)>,
+}
+
+impl InterruptionFacts {
+    fn from_spec(cluster: &kk_spec::ElasticCluster) -> Option<Self> {
+        use kk_spec::interruption::{EVENT_KINDS, queue_arn, queue_name, rule_name};
+        let queue = queue_name(cluster)?;
+        Some(InterruptionFacts {
+            queue_arn: queue_arn(cluster, &queue),
+            rules: EVENT_KINDS
+                .iter()
+                .map(|k| (rule_name(&queue, k), k.detail_type.to_owned()))
+                .collect(),
+            queue,
+        })
+    }
 }
 
 impl Facts {
@@ -115,7 +153,13 @@ impl Facts {
         } else {
             spec.aws.partition.as_str()
         };
+        let static_token = spec
+            .join
+            .token
+            .as_deref()
+            .and_then(|t| crate::token::BootstrapToken::parse(t).ok());
         Facts {
+            static_token,
             cluster: name,
             kubernetes_version: spec.kubernetes_version.clone(),
             api_port: spec.api_server.port,
@@ -141,9 +185,15 @@ impl Facts {
                 .map(|p| p.name.clone())
                 .collect(),
             karpenter_namespace: spec.karpenter.namespace.clone(),
+            controllers_use_instance_profile: spec.karpenter.credentials.source
+                == kk_spec::CredentialSource::InstanceProfile,
             rendered_controller_policy: None,
             controller_role: None,
             grace: Duration::from_secs(120),
+            interruption: InterruptionFacts::from_spec(cluster),
+            reclaimable: kk_spec::interruption::reclaimable(spec),
+            vpc_id: spec.aws.vpc_id.clone(),
+            vpc_endpoints: kk_spec::vpc_endpoints::required(cluster),
         }
     }
 }
@@ -178,13 +228,15 @@ impl Report {
 }
 
 /// Reads the cluster and the account, then runs every check.
+/// `probe`: the client's configuration (its address and CA), to authenticate as the join token.
 pub async fn run(
     client: &kube::Client,
+    probe: &kube::Config,
     aws: Option<&aws_config::SdkConfig>,
     facts: &Facts,
 ) -> Report {
     let started = std::time::Instant::now();
-    let snapshot = gather(client, aws, facts).await;
+    let snapshot = gather(client, probe, aws, facts).await;
     let checks = checks::all(&snapshot, facts);
     Report {
         checks,

@@ -5,8 +5,9 @@
 
 use serde_json::{Value, json};
 
-/// The ClusterRole (get/list only). Secrets: kube-system's bootstrap-token Secrets, listed
-/// by type (token secrets are never printed).
+/// The ClusterRole (get/list only), without Secrets: a Secret reader reads every service
+/// account's token, the controllers' AWS keys and the authenticator's serving key. doctor
+/// checks the join token by authenticating with it instead.
 pub fn cluster_role() -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -16,7 +17,7 @@ pub fn cluster_role() -> Value {
             "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter"}
         },
         "rules": [
-            {"apiGroups": [""], "resources": ["nodes", "pods", "events", "configmaps", "secrets"], "verbs": ["get", "list"]},
+            {"apiGroups": [""], "resources": ["nodes", "pods", "events", "configmaps"], "verbs": ["get", "list"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"], "verbs": ["get", "list"]},
             {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodepools"], "verbs": ["get", "list"]},
@@ -30,8 +31,10 @@ pub fn cluster_role() -> Value {
 /// decrypting, through the service) the join store.
 pub fn iam_policy(store_arn: Option<&str>) -> Value {
     let mut statements = vec![
-        json!({"Sid": "DescribeEc2", "Effect": "Allow", "Action": ["ec2:DescribeInstances", "ec2:DescribeSecurityGroups"], "Resource": "*"}),
+        json!({"Sid": "DescribeEc2", "Effect": "Allow", "Action": ["ec2:DescribeInstances", "ec2:DescribeSecurityGroups", "ec2:DescribeVpcEndpoints"], "Resource": "*"}),
         json!({"Sid": "ReadControllerRole", "Effect": "Allow", "Action": ["iam:ListRolePolicies", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies", "iam:GetPolicy", "iam:GetPolicyVersion"], "Resource": "*"}),
+        // The interruption queue's attributes and backlog, never its messages (no ReceiveMessage).
+        json!({"Sid": "ReadInterruptionQueueAndRules", "Effect": "Allow", "Action": ["sqs:GetQueueUrl", "sqs:GetQueueAttributes", "events:DescribeRule", "events:ListTargetsByRule"], "Resource": "*"}),
     ];
     if let Some(arn) = store_arn {
         statements.push(json!({"Sid": "ReadJoinStore", "Effect": "Allow", "Action": ["ssm:GetParameter", "secretsmanager:GetSecretValue"], "Resource": arn}));
@@ -42,6 +45,20 @@ pub fn iam_policy(store_arn: Option<&str>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Finding #7 (policy check of the rendered role; the testbed test
+    /// `doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write` performs the read).
+    #[test]
+    fn the_role_cannot_read_secrets() {
+        let role = cluster_role();
+        for rule in role["rules"].as_array().unwrap() {
+            let resources = rule["resources"].as_array().cloned().unwrap_or_default();
+            assert!(
+                !resources.iter().any(|r| r == "secrets" || r == "*"),
+                "{rule}"
+            );
+        }
+    }
 
     #[test]
     fn the_role_grants_no_write_verb() {

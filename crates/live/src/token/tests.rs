@@ -107,12 +107,12 @@ fn durations_parse_like_kubeadm() {
 }
 
 #[test]
-fn ttls_over_a_day_need_an_explicit_opt_in() {
+fn ttls_over_a_day_are_refused() {
     let day = Duration::from_secs(86_400);
-    assert!(check_ttl_ceiling(day, false).is_ok());
-    let e = check_ttl_ceiling(day + Duration::from_secs(1), false).unwrap_err();
-    assert!(e.to_string().contains("--allow-long-ttl"), "{e}");
-    assert!(check_ttl_ceiling(Duration::from_secs(30 * 86_400), true).is_ok());
+    assert!(check_ttl_ceiling(day).is_ok());
+    let e = check_ttl_ceiling(day + Duration::from_secs(1)).unwrap_err();
+    assert!(e.to_string().contains("ceiling"), "{e}");
+    assert!(check_ttl_ceiling(Duration::from_secs(30 * 86_400)).is_err());
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! NodePool disruption budgets (`spec.disruption.budgets[].schedule`, evaluated in UTC as
 //! Karpenter does with `TZ=UTC` and robfig/cron's standard parser).
 
+use super::civil_date::{civil_from_days, days_from_civil, rfc3339_utc};
+
 /// Text that is not a time, a duration or a schedule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClockError {
@@ -29,30 +31,6 @@ pub enum FieldProblem {
     BadStep(String),
     #[error("{part:?} is out of range {lo}-{hi}")]
     OutOfRange { part: String, lo: u32, hi: u32 },
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// (year, month, day) of days since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// `2026-01-02T03:04:05Z` (fractions and `+HH:MM` offsets accepted) → Unix seconds.
@@ -100,66 +78,13 @@ pub fn parse_time(text: &str) -> Result<i64, ClockError> {
 
 /// Unix seconds → `2026-01-02T03:04:05Z`.
 pub fn format_time(t: i64) -> String {
-    let (y, m, d) = civil_from_days(t.div_euclid(86_400));
-    let s = t.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    rfc3339_utc(t)
 }
 
 /// A Go duration (`720h`, `2h30m`, `90s`, `1.5h`, `0s`) → whole seconds (sub-second parts are
-/// dropped; no NodePool setting uses them).
+/// dropped; no NodePool setting uses them), as [`kk_karpenter::duration::parse`] reads it.
 pub fn parse_duration(text: &str) -> Result<i64, ClockError> {
-    let bad = || ClockError::Duration(text.to_owned());
-    let t = text.trim();
-    if t == "0" {
-        return Ok(0);
-    }
-    let (neg, mut rest) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let n = rest
-            .bytes()
-            .take_while(|c| c.is_ascii_digit() || *c == b'.')
-            .count();
-        if n == 0 {
-            return Err(bad());
-        }
-        let value: f64 = rest[..n].parse().map_err(|_| bad())?;
-        rest = &rest[n..];
-        let u = rest
-            .char_indices()
-            .take_while(|(_, c)| c.is_alphabetic())
-            .map(|(i, c)| i + c.len_utf8())
-            .last()
-            .unwrap_or(0);
-        let unit = &rest[..u];
-        let secs = match unit {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(bad()),
-        };
-        total += value * secs;
-        rest = &rest[unit.len()..];
-    }
-    if !total.is_finite() || total > 1e15 {
-        return Err(bad());
-    }
-    let s = total.floor() as i64;
-    Ok(if neg { -s } else { s })
+    kk_karpenter::duration::parse(text).ok_or_else(|| ClockError::Duration(text.to_owned()))
 }
 
 /// `720h`-style text for seconds (the largest units that divide it).

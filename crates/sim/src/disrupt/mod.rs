@@ -9,14 +9,18 @@
 //! takes name order. Upstream's time limits (multi-node consolidation gives up after 1 minute,
 //! single-node after 3) are not applied: this simulation always finishes (see docs/plan.md).
 
+mod civil_date;
 pub mod clock;
+pub mod drift;
 mod engine;
+pub mod reclaim;
 pub mod report;
 pub mod scenario;
 pub mod state;
 
 pub use engine::{Method, Options, UNDER_CONSOLIDATE_AFTER};
-pub use report::{CommandOut, Kept, NodeOut, ReplacementOut, Report};
+pub use reclaim::Selector;
+pub use report::{CommandOut, Kept, NodeOut, PodMove, ReplacementOut, Report};
 pub use state::{ClusterState, load};
 
 /// The annotation that blocks voluntary disruption of a node or of a pod's node.
@@ -43,9 +47,11 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError>
     let price_before: f64 = e.nodes.values().map(|n| n.price).sum();
     e.run();
     let price_after: f64 = e.nodes.values().map(|n| n.price).sum();
+    // A reclaim runs no disruption method, so no node was "kept" by one.
     let kept = e
         .nodes
         .iter()
+        .filter(|_| opts.reclaim.is_none())
         .filter(|(name, _)| !name.contains("-replacement-") || e.reasons.contains_key(*name))
         .map(|(name, n)| Kept {
             node: name.clone(),
@@ -56,6 +62,13 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError>
     let removed: usize = e.commands.iter().map(|c| c.nodes.len()).sum();
     let replacements: usize = e.commands.iter().map(|c| c.replacements.len()).sum();
     let mut warnings = state.warnings.clone();
+    if let Some(zone) = opts.reclaim.as_ref().and_then(|r| r.zone.as_deref())
+        && state.input.catalog.zones().iter().all(|z| z == zone)
+    {
+        warnings.push(format!(
+            "{zone} is the only zone offered (the nodes' zones, unless --zones names more): nothing can replace what it loses"
+        ));
+    }
     for w in &e.warnings {
         if !warnings.contains(w) {
             warnings.push(w.clone());
@@ -87,6 +100,11 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError>
             .as_ref()
             .map(|_| std::mem::take(&mut e.explained)),
         candidates: std::mem::take(&mut e.first_candidates),
+        reclaim: opts.reclaim.as_ref().map(|r| report::ReclaimOut {
+            selector: r.to_string(),
+            unavailable_offerings: r.offerings(&state.input.catalog).len(),
+        }),
+        drift: None,
         warnings,
     })
 }

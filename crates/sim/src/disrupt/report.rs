@@ -45,20 +45,42 @@ pub struct ReplacementOut {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandOut {
-    /// The controller pass that issued it (0: expiration, before the first pass).
+    /// The controller pass that issued it (0: expiration or a reclaim, before the first pass).
     pub round: usize,
-    /// Expiration, Emptiness, Drift, MultiNodeConsolidation or SingleNodeConsolidation.
+    /// Expiration, Interruption, Emptiness, Drift, MultiNodeConsolidation or
+    /// SingleNodeConsolidation.
     pub method: String,
-    /// Expired, Empty, Drifted or Underutilized.
+    /// Expired, Reclaimed, Empty, Drifted or Underutilized.
     pub reason: String,
     /// delete or replace.
     pub decision: String,
     pub nodes: Vec<NodeOut>,
     pub replacements: Vec<ReplacementOut>,
     pub pods_moved: usize,
+    /// Pods moved onto nodes that were already there (listed for reclaims only: there, where
+    /// each pod goes is the question; replacements list their own pods).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub moved_to_existing: Vec<PodMove>,
     pub price_per_hour_before: f64,
     pub price_per_hour_after: f64,
     pub savings_per_hour: f64,
+}
+
+/// A pod and the node it was moved to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMove {
+    pub pod: String,
+    pub node: String,
+}
+
+/// What `--reclaim` took away.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimOut {
+    pub selector: String,
+    /// Catalog offerings (type × zone × capacity type) marked unavailable.
+    pub unavailable_offerings: usize,
 }
 
 /// A node no command removed, with why (per method, from the last pass).
@@ -99,8 +121,11 @@ pub struct Report {
     pub now: String,
     pub commands: Vec<CommandOut>,
     pub kept: Vec<Kept>,
-    /// Pods of expired nodes that found no place.
+    /// Pods of expired (or reclaimed) nodes that found no place.
     pub pending: Vec<Stranded>,
+    /// With `--reclaim`: what was taken away (the disruption loop does not run then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimOut>,
     pub totals: DisruptTotals,
     /// The first pass's candidates per method evaluated (only when asked for: the oracle
     /// comparison reads them).
@@ -109,6 +134,9 @@ pub struct Report {
     /// `--explain NODE`: that node's story, pass by pass.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub explain: Option<Vec<String>>,
+    /// With a change not applied yet: the nodes it drifts, and in which order they go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<super::drift::DriftOut>,
     pub warnings: Vec<String>,
 }
 
@@ -140,8 +168,24 @@ impl Report {
 
     pub fn render_table(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "Disruption at {}", self.now);
-        if self.commands.is_empty() {
+        match &self.reclaim {
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    "Reclaim of {} at {}: {} offering(s) unavailable, as Karpenter's unavailable-offerings cache marks them",
+                    r.selector, self.now, r.unavailable_offerings
+                );
+            }
+            None => {
+                let _ = writeln!(out, "Disruption at {}", self.now);
+            }
+        }
+        if let Some(d) = &self.drift {
+            d.render(&mut out);
+        }
+        if self.commands.is_empty() && self.reclaim.is_some() {
+            let _ = writeln!(out, "\nNo node runs on that capacity: nothing moves.");
+        } else if self.commands.is_empty() {
             let _ = writeln!(
                 out,
                 "\nNo disruption: Karpenter would leave every node in place."
@@ -162,7 +206,12 @@ impl Report {
                 let nodes = c
                     .nodes
                     .iter()
-                    .map(|n| format!("{} ({} {})", n.name, n.instance_type, n.capacity_type))
+                    .map(
+                        |n| match (n.instance_type.as_str(), n.capacity_type.as_str()) {
+                            ("", "") => n.name.clone(),
+                            (t, c) => format!("{} ({t} {c})", n.name),
+                        },
+                    )
                     .collect::<Vec<_>>();
                 let repl = c
                     .replacements
@@ -202,19 +251,61 @@ impl Report {
                 }
             }
         }
+        let existing: Vec<&PodMove> = self
+            .commands
+            .iter()
+            .flat_map(|c| &c.moved_to_existing)
+            .collect();
+        let onto_new: Vec<(&str, &ReplacementOut)> = self
+            .commands
+            .iter()
+            .filter(|c| c.method == "Interruption")
+            .flat_map(|c| &c.replacements)
+            .flat_map(|r| r.pods.iter().map(move |p| (p.as_str(), r)))
+            .collect();
+        if !existing.is_empty() || !onto_new.is_empty() {
+            let _ = writeln!(out, "\nWhere the pods go:");
+            for m in existing {
+                let _ = writeln!(out, "  {} -> {} (already running)", m.pod, m.node);
+            }
+            for (pod, r) in onto_new {
+                let _ = writeln!(
+                    out,
+                    "  {pod} -> {} (new: {} {} {}, {}/h)",
+                    r.name,
+                    r.instance_type,
+                    r.capacity_type,
+                    r.zone,
+                    money(r.price_per_hour)
+                );
+            }
+        }
         let t = &self.totals;
-        let _ = writeln!(
-            out,
-            "\nNodes: {} -> {} ({} removed, {} replacements)   $/h: {} -> {} (saves {}/h, {}/month)",
-            t.nodes_before,
-            t.nodes_after,
-            t.nodes_removed,
-            t.replacements,
-            money(t.price_per_hour_before),
-            money(t.price_per_hour_after),
-            money(t.savings_per_hour),
-            money(t.savings_per_hour * 730.0)
-        );
+        if self.reclaim.is_some() {
+            let _ = writeln!(
+                out,
+                "\nNodes: {} -> {} ({} reclaimed, {} new)   $/h: {} -> {}",
+                t.nodes_before,
+                t.nodes_after,
+                t.nodes_removed,
+                t.replacements,
+                money(t.price_per_hour_before),
+                money(t.price_per_hour_after),
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "\nNodes: {} -> {} ({} removed, {} replacements)   $/h: {} -> {} (saves {}/h, {}/month)",
+                t.nodes_before,
+                t.nodes_after,
+                t.nodes_removed,
+                t.replacements,
+                money(t.price_per_hour_before),
+                money(t.price_per_hour_after),
+                money(t.savings_per_hour),
+                money(t.savings_per_hour * 730.0)
+            );
+        }
         if !self.kept.is_empty() {
             let _ = writeln!(out, "\nKept:");
             for k in &self.kept {
@@ -232,7 +323,12 @@ impl Report {
             }
         }
         if !self.pending.is_empty() {
-            let _ = writeln!(out, "\nPending after expiration:");
+            let after = if self.reclaim.is_some() {
+                "the reclaim"
+            } else {
+                "expiration"
+            };
+            let _ = writeln!(out, "\nPending after {after}:");
             for p in &self.pending {
                 let _ = writeln!(out, "  {}: {}", p.pod, p.reason);
             }

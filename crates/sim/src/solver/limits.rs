@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use kk_catalog::resources::format_quantity;
 
-use super::PType;
+use super::PoolInstanceType;
 use super::bits::Bits;
 use crate::res::{Res, ResIndex};
 
@@ -63,7 +63,7 @@ impl Limits {
 
     /// A new claim uses up, per limited resource, the most any of `kept` has (`subtractMax`);
     /// not a node (see the module comment).
-    pub(super) fn charge_claim(&mut self, types: &[PType], kept: &Bits) {
+    pub(super) fn charge_claim(&mut self, types: &[PoolInstanceType], kept: &Bits) {
         for (slot, rem) in &mut self.remaining {
             let max = kept
                 .iter()
@@ -85,7 +85,7 @@ impl Limits {
     }
 
     /// The pool's types whose capacity still fits within every limit.
-    pub(super) fn within(&mut self, types: &[PType]) -> Bits {
+    pub(super) fn within(&mut self, types: &[PoolInstanceType]) -> Bits {
         if let Some(b) = &self.within {
             return b.clone();
         }
@@ -104,7 +104,7 @@ impl Limits {
     }
 
     /// Which limit blocks every type (or, when none alone does, all of them), as written.
-    pub(super) fn error(&self, pool: &str, types: &[PType], index: &ResIndex) -> String {
+    pub(super) fn error(&self, pool: &str, types: &[PoolInstanceType], index: &ResIndex) -> String {
         let blocking: Vec<&(usize, i64)> = self
             .remaining
             .iter()

@@ -84,7 +84,7 @@ const GO_SORT_EXACT: usize = 1024;
 
 /// One instance type as a NodePool sees it.
 #[derive(Debug, Clone)]
-struct PType {
+struct PoolInstanceType {
     cat: usize,
     /// Allocatable less the overhead of the DaemonSets that would run on it.
     net: Res,
@@ -94,12 +94,12 @@ struct PType {
 }
 
 #[derive(Debug)]
-struct PPool {
+struct PreparedPool {
     input: usize,
     name: String,
     taints: Vec<Taint>,
     template: Requirements,
-    types: Vec<PType>,
+    types: Vec<PoolInstanceType>,
     /// DaemonSet overhead per group of types that run the same DaemonSets.
     group_overhead: Vec<Res>,
     all: Bits,
@@ -146,7 +146,7 @@ pub(crate) struct Scheduler<'a> {
     input: &'a Input,
     index: ResIndex,
     cat_reqs: Vec<Requirements>,
-    pools: Vec<PPool>,
+    pools: Vec<PreparedPool>,
     claims: Vec<Claim>,
     /// In-flight claims in the order upstream's `newNodeClaims` slice has: new claims are
     /// appended, and the slice is re-sorted by pod count with Go's `sort.Slice` before each

@@ -8,7 +8,7 @@ use super::bits::Bits;
 use super::launch::instance_requirements;
 use super::limits::Limits;
 use super::outcome::Trace;
-use super::{Input, PPool, PType, PodData, Scheduler};
+use super::{Input, PodData, PoolInstanceType, PreparedPool, Scheduler};
 use crate::labels::{self, HOSTNAME};
 use crate::model::{Effect, Pod, Taint, Toleration, TolerationOp, term_requirements, untolerated};
 use crate::req::{Operator, Requirement, Requirements};
@@ -118,7 +118,7 @@ fn prepare_pool(
     cat_reqs: &[Requirements],
     ds_requests: &[Res],
     warnings: &mut Vec<String>,
-) -> Option<PPool> {
+) -> Option<PreparedPool> {
     let pool = &input.pools[pi];
     let mut template = pool.requirements.clone();
     template.add_all(&Requirements::from_labels(&pool.labels));
@@ -164,7 +164,7 @@ fn prepare_pool(
             }
         };
         let capacity = index.from_catalog(&it.capacity_with(&pool.kubelet));
-        types.push(PType {
+        types.push(PoolInstanceType {
             cat: ci,
             net: alloc,
             alloc_ok,
@@ -204,7 +204,7 @@ fn prepare_pool(
         res::sub(&mut t.net, &group_overhead[t.group]);
     }
     let n = types.len();
-    Some(PPool {
+    Some(PreparedPool {
         input: pi,
         name: pool.name.clone(),
         taints: pool.taints.clone(),

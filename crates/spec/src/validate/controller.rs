@@ -22,7 +22,7 @@ type Problems = Vec<(FieldPath, String)>;
 //   separator        := /[_.]|__|[-]+/
 // and a name is at most 255 characters. IP-literal hosts are left out on purpose (IPv4 matches
 // the domain-name form anyway).
-static HOST: LazyLock<Regex> = LazyLock::new(|| {
+pub(super) static HOST: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])(\.([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9]))*(:[0-9]{1,5})?$",
     )
@@ -30,7 +30,7 @@ static HOST: LazyLock<Regex> = LazyLock::new(|| {
 });
 static PATH_COMPONENT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$").expect("valid regex"));
-static DIGEST: LazyLock<Regex> =
+pub(super) static DIGEST: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^sha256:[0-9a-f]{64}$").expect("valid regex"));
 const NAME_MAX: usize = 255;
 
@@ -67,10 +67,16 @@ fn image(p: &mut Problems, at: &FieldPath, image: &ControllerImage) {
 }
 
 fn repository_problem(repo: &str) -> Option<String> {
+    repository_problem_for(repo, "controller.image.digest")
+}
+
+/// What is wrong with an image repository (registry host included, no tag, no digest); the
+/// digest belongs in `digest_field`.
+pub(super) fn repository_problem_for(repo: &str, digest_field: &str) -> Option<String> {
     let example = "registry.example.com/team/kubean-karpenter";
     if repo.contains('@') {
         return Some(format!(
-            "{repo:?}: put the digest in controller.image.digest, not in the repository"
+            "{repo:?}: put the digest in {digest_field}, not in the repository"
         ));
     }
     if repo.len() > NAME_MAX {
@@ -97,7 +103,7 @@ fn repository_problem(repo: &str) -> Option<String> {
     }
     if let Some(bad) = path.split('/').find(|c| !PATH_COMPONENT.is_match(c)) {
         let what = if bad.contains(':') {
-            "a tag has no place here: the image is pinned by controller.image.digest".to_owned()
+            format!("a tag has no place here: the image is pinned by {digest_field}")
         } else {
             "repository path components are lowercase letters and digits, joined by '.', '_', '__' or dashes"
                 .to_owned()

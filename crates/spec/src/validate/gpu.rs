@@ -14,10 +14,12 @@ pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
         )),
         Some(gpu) => {
             let at = at.key("gpu");
-            if !IMAGE_TAG.is_match(&gpu.device_plugin_version) {
+            if !IMAGE_TAG.is_match(&gpu.device_plugin_version)
+                || crate::versions::is_floating(&gpu.device_plugin_version)
+            {
                 p.push((
                     at.key("devicePluginVersion"),
-                    "must be an image tag like v0.17.0".into(),
+                    "must be an image tag like v0.20.0 (`kubean-karpenter versions` lists the known releases)".into(),
                 ));
             }
             for (field, value) in [

@@ -40,6 +40,17 @@ pub(super) fn join(p: &mut Problems, at: &FieldPath, j: &Join) {
     join_kms(p, at, j);
     match j.mode {
         JoinMode::Static => {
+            if !j.allow_insecure_static {
+                p.push((
+                    at.key("mode"),
+                    "static mode puts a kubeadm token in userData, where anyone who reads \
+                     userData (IMDS, ec2:DescribeInstanceAttribute, the EC2NodeClass) can \
+                     register as any node until it expires; use ssm or secrets-manager (a \
+                     short-lived rotated token, CSRs approved only for NodeClaims) or \
+                     joinMethod: iam, or for a lab set join.allowInsecureStatic: true"
+                        .into(),
+                ));
+            }
             match &j.token {
                 None => p.push((
                     at.key("token"),
@@ -56,6 +67,12 @@ pub(super) fn join(p: &mut Problems, at: &FieldPath, j: &Join) {
             }
         }
         JoinMode::Ssm | JoinMode::SecretsManager => {
+            if j.allow_insecure_static {
+                p.push((
+                    at.key("allowInsecureStatic"),
+                    "applies to static mode only".into(),
+                ));
+            }
             if j.token.is_some() {
                 p.push((
                     at.key("token"),

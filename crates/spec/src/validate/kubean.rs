@@ -63,6 +63,15 @@ pub(super) fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str)
                 at.key("privateDnsName"),
                 format!("{dns:?} is not a DNS name"),
             )),
+            Some(dns) if INSTANCE_NODE_NAME.is_match(dns) => p.push((
+                at.key("privateDnsName"),
+                format!(
+                    "{dns:?} is a bare instance id: Kubean's nodes register without a \
+                     providerID, and the node registration policy holds instance-named nodes \
+                     to Karpenter's proof; use the full private DNS name \
+                     ({dns}.<region>.compute.internal)"
+                ),
+            )),
             Some(_) => {}
             // The kubelets run with the external cloud provider (cloud_provider: external), and
             // Kubespray never sets --provider-id: the AWS cloud controller manager finds the

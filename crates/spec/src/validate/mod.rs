@@ -4,7 +4,7 @@
 //! apply time, a node that never joins, or a pool Karpenter can never launch.
 //!
 //! One file per spec section (`version.rs`, `control_plane.rs`, `kubean.rs`, `aws.rs`,
-//! `join.rs`, `gpu.rs`, `pools.rs`, `node_class.rs`); the patterns and lists they share and
+//! `karpenter.rs`, `join.rs`, `gpu.rs`, `monitoring.rs`, `pools.rs`, `node_class.rs`, `reservations.rs`); the patterns and lists they share and
 //! the entry point [`validate`] are here.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,20 +21,28 @@ mod aws;
 mod control_plane;
 mod controller;
 mod gpu;
+mod images;
+mod interruption;
 mod join;
+mod karpenter;
 mod kubean;
+mod monitoring;
 mod node_class;
 mod pools;
+mod queue;
+mod reservations;
+mod staleness;
 mod version;
 
 use aws::aws;
 use control_plane::{api_server, ca_bundle};
 use gpu::gpu_stack;
 use join::join;
+use karpenter::karpenter;
 use kubean::kubean;
 pub use pools::node_class_name;
 use pools::pools;
-use version::{kubean_covers_version, version, worker_kubelet_skew};
+use version::{karpenter_chart_version, kubean_covers_version, version, worker_kubelet_skew};
 
 type Problems = Vec<(FieldPath, String)>;
 
@@ -57,12 +65,15 @@ re!(VPC_ID, r"^vpc-[0-9a-f]{8,17}$");
 re!(SUBNET_ID, r"^subnet-[0-9a-f]{8,17}$");
 re!(SG_ID, r"^sg-[0-9a-f]{8,17}$");
 re!(AMI_ID, r"^ami-[0-9a-f]{8,17}$");
+re!(RESERVATION_ID, r"^cr-[0-9a-f]{8,17}$");
+// An EC2 instance id as a node name: the names Karpenter's nodes register under, which the
+// node registration policy (render's `cloud/node-registration-policy.yaml`) holds to proof.
+re!(INSTANCE_NODE_NAME, r"^i-[0-9a-f]{8,17}$");
 re!(AMI_ALIAS, r"^([a-z0-9]+)@(.+)$");
 re!(SSM_RELEASE, r"^1\.(\d+)\.\d+-\d{8}$");
 re!(IAM_NAME, r"^[\w+=,.@-]{1,64}$");
 re!(TOKEN, r"^[a-z0-9]{6}\.[a-z0-9]{16}$");
 re!(CA_HASH, r"^sha256:[0-9a-f]{64}$");
-re!(DURATION, r"^([0-9]+(s|m|h))+$");
 re!(BUDGET_NODES, r"^((100|[0-9]{1,2})%|[0-9]+)$");
 re!(
     LABEL_NAME,
@@ -90,11 +101,10 @@ re!(
 );
 re!(SSM_NAME, r"^/[A-Za-z0-9_.\-/]{1,1010}$");
 re!(SECRET_NAME, r"^[A-Za-z0-9/_+=.@-]{1,512}$");
+re!(SQS_NAME, r"^[A-Za-z0-9_-]+$");
 re!(INSTANCE_TYPE, r"^[a-z0-9-]+\.[a-z0-9-]+$");
 re!(IMAGE_TAG, r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$");
 
-/// Kubernetes minors Karpenter v1.14 supports (its compatibility matrix).
-const KUBERNETES_MINORS: std::ops::RangeInclusive<u32> = 29..=36;
 const AMI_ALIAS_FAMILIES: [&str; 3] = ["al2", "al2023", "bottlerocket"];
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 const CAPACITY_TYPES: [&str; 3] = ["spot", "on-demand", "reserved"];
@@ -125,16 +135,21 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     }
     let spec = &cluster.spec;
     let at = root.key("spec");
-    version(&mut p, &at, &spec.kubernetes_version);
+    version(&mut p, &at, spec);
     kubean_covers_version(&mut p, &at, spec);
+    karpenter_chart_version(&mut p, &at, spec);
     api_server(&mut p, &at.key("apiServer"), &spec.api_server);
     ca_bundle(&mut p, &at.key("caBundle"), &spec.ca_bundle);
     kubean(&mut p, &at.key("kubean"), &spec.kubean, &spec.aws.region);
     aws(&mut p, &at.key("aws"), &spec.aws);
+    karpenter(&mut p, &at.key("karpenter"), &spec.karpenter);
     join(&mut p, &at.key("join"), &spec.join);
+    interruption::interruption(&mut p, &at.key("karpenter"), &spec.karpenter);
     crate::iam::authenticator(&mut p, &at, cluster);
     controller::validate(&mut p, &at, spec);
     gpu_stack(&mut p, &at, spec);
+    monitoring::monitoring(&mut p, &at, spec);
+    images::images(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
     worker_kubelet_skew(&mut p, &at, spec);
     for (path, access) in [
@@ -152,6 +167,14 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
         }
     }
 
+    p
+}
+
+/// What [`validate`] lets through but a user should hear about: located like its problems,
+/// printed as warnings; they never stop a render.
+pub fn warnings(cluster: &ElasticCluster) -> Problems {
+    let mut p = staleness::warnings(cluster);
+    interruption::warnings(&mut p, &FieldPath::root().key("spec"), &cluster.spec);
     p
 }
 

@@ -1,7 +1,9 @@
 //! `spec.pools`: names, the node classes pools share, and each pool's own fields.
 
 use super::node_class::{ami, instances, root_volume};
+use super::reservations::{capacity_reservations, termination_grace_period};
 use super::*;
+use kk_karpenter::duration::is_whole_units;
 
 pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
     if pools.is_empty() {
@@ -46,7 +48,7 @@ pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
             Some((first, other)) if !same_node_class(other, pool) => p.push((
                 at.key("nodeClass"),
                 format!(
-                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, joinMethod, rootVolume or kubelet"
+                    "shares EC2NodeClass {class:?} with pools[{first}] but differs in type, ami, joinMethod, rootVolume, kubelet, capacityReservations or localStorage"
                 ),
             )),
             Some(_) => {}
@@ -71,6 +73,8 @@ fn same_node_class(a: &Pool, b: &Pool) -> bool {
         && a.instances.arch == b.instances.arch
         && a.taints == b.taints
         && a.labels == b.labels
+        && a.capacity_reservations == b.capacity_reservations
+        && a.local_storage == b.local_storage
 }
 
 fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
@@ -90,6 +94,15 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
     }
     ami(p, &at.key("ami"), &pool.ami, pool);
     instances(p, &at.key("instances"), &pool.instances);
+    capacity_reservations(p, at, pool);
+    termination_grace_period(p, at, pool);
+    super::queue::queue(p, at, pool);
+    if pool.local_storage.is_some() && pool.join_method == JoinMethod::Iam {
+        p.push((
+            at.key("localStorage"),
+            "only the kubeadm-token userData builds the RAID0 (joinMethod iam renders nodeadm's, which does not yet)".into(),
+        ));
+    }
     match (pool.pool_type, &pool.gpu) {
         (PoolType::Gpu, None) => p.push((
             at.key("gpu"),
@@ -191,7 +204,7 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
         }
         if let Some(after) = &d.consolidate_after
             && after != "Never"
-            && !DURATION.is_match(after)
+            && !is_whole_units(after)
         {
             p.push((
                 at.key("consolidateAfter"),
@@ -210,7 +223,7 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
                 p.push((at.clone(), "schedule and duration go together".into()));
             }
             if let Some(duration) = &b.duration
-                && !DURATION.is_match(duration)
+                && !is_whole_units(duration)
             {
                 p.push((
                     at.key("duration"),
@@ -229,7 +242,7 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
     }
     if let Some(expire) = &pool.expire_after
         && expire != "Never"
-        && !DURATION.is_match(expire)
+        && !is_whole_units(expire)
     {
         p.push((
             at.key("expireAfter"),

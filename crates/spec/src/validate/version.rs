@@ -3,7 +3,8 @@
 
 use super::*;
 
-pub(super) fn version(p: &mut Problems, at: &FieldPath, text: &str) {
+pub(super) fn version(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let text = &spec.kubernetes_version;
     let at = at.key("kubernetesVersion");
     match K8S_VERSION.captures(text) {
         None => p.push((
@@ -12,13 +13,24 @@ pub(super) fn version(p: &mut Problems, at: &FieldPath, text: &str) {
         )),
         Some(caps) => {
             let minor: u32 = caps[1].parse().unwrap_or(0);
-            if !KUBERNETES_MINORS.contains(&minor) {
+            // The pinned Karpenter's range from the versions table; a version the table does
+            // not know (a warning says so) is held to the default release's.
+            let karpenter = crate::versions::component(crate::versions::KARPENTER);
+            let (release, known) = match karpenter.release(&spec.karpenter.version) {
+                Some(r) => (r, spec.karpenter.version.as_str()),
+                None => (
+                    karpenter
+                        .default_release()
+                        .expect("the default is listed (tested)"),
+                    karpenter.default.as_deref().unwrap_or_default(),
+                ),
+            };
+            let range = release.kubernetes_range();
+            if !range.contains(minor) {
                 p.push((
                     at,
                     format!(
-                        "Kubernetes 1.{minor} is outside what Karpenter v1.14 supports (1.{}–1.{})",
-                        KUBERNETES_MINORS.start(),
-                        KUBERNETES_MINORS.end()
+                        "Kubernetes 1.{minor} is outside what Karpenter {known} supports ({range})"
                     ),
                 ));
             }
@@ -26,11 +38,25 @@ pub(super) fn version(p: &mut Problems, at: &FieldPath, text: &str) {
     }
 }
 
+/// `karpenter.version` is the Helm chart version: exact `X.Y.Z`, never a range or a bare minor
+/// (Helm would resolve it to whatever is newest at install time).
+pub(super) fn karpenter_chart_version(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let version = &spec.karpenter.version;
+    if version.starts_with('v') || crate::versions::SemVer::parse(version).is_none() {
+        p.push((
+            at.key("karpenter").key("version"),
+            format!(
+                "{version:?} is not an exact chart version like {} (no v, no range)",
+                crate::versions::default_version(crate::versions::KARPENTER)
+            ),
+        ));
+    }
+}
+
 /// `1.<minor>.<patch>` of a spec version, when it parses.
 fn minor_patch(text: &str) -> Option<(u32, u32)> {
     K8S_VERSION.captures(text)?;
-    let mut parts = text.trim_start_matches('v').split('.').skip(1);
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    crate::kubean_support::minor_patch(text)
 }
 
 /// The Kubean release pinned by the spray-job image must install `kubernetesVersion`.

@@ -3,4 +3,5 @@
 pub mod device_plugin;
 pub mod disruption;
 pub mod sharing_limit;
+pub mod training_grace_period;
 pub mod untainted_pool;

@@ -311,6 +311,7 @@ fn sharing_configs(objects: &[Object]) -> Vec<Sharing> {
                 max_bytes: MAX_CONFIG_BYTES,
                 max_depth: 32,
                 max_nodes: cap,
+                ..LoadLimits::default()
             };
             let Ok(docs) = load_documents(text, limits) else {
                 // Unparseable or over its bound (an alias bomb): no config, and no finding.

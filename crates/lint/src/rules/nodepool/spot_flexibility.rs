@@ -1,13 +1,12 @@
 //! KK013: a NodePool that may launch spot instances needs more than a handful of instance types.
 
-use kk_karpenter::labels::{CAPACITY_TYPE, INSTANCE_FAMILY, INSTANCE_TYPE};
-use kk_karpenter::{Operator, Requirement};
+use kk_karpenter::labels::{INSTANCE_FAMILY, INSTANCE_TYPE};
 use std::collections::BTreeSet;
 
 use kk_model::FieldPath;
 use kk_model::karpenter::NodeSelectorRequirement;
 
-use crate::context::{Context, NodePoolView};
+use crate::context::{Context, NodePoolView, capacity_allowed as allows};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::family_of;
 use crate::rule::{Rule, RuleMeta};
@@ -130,24 +129,6 @@ fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>) -> Option<Diagnostic> 
     )
 }
 
-/// Whether every `karpenter.sh/capacity-type` requirement admits `capacity`; with none, only
-/// on-demand is allowed (Karpenter's default).
-fn allows(reqs: &[NodeSelectorRequirement], capacity: &str) -> bool {
-    let mut seen = false;
-    for req in reqs.iter().filter(|r| r.key == CAPACITY_TYPE) {
-        seen = true;
-        // A malformed requirement is KK000's finding, not this rule's.
-        let ok = Operator::parse(&req.operator)
-            .ok()
-            .and_then(|op| Requirement::new(op, &req.values).ok())
-            .is_none_or(|r| r.has(capacity));
-        if !ok {
-            return false;
-        }
-    }
-    if seen { true } else { capacity == "on-demand" }
-}
-
 /// Values of every `In` requirement on `key`, intersected, with the index of the first one.
 fn in_values(reqs: &[NodeSelectorRequirement], key: &str) -> Option<(BTreeSet<String>, usize)> {
     let mut found: Option<(BTreeSet<String>, usize)> = None;
@@ -214,6 +195,7 @@ fn allowed_types(reqs: &[NodeSelectorRequirement]) -> Option<(BTreeSet<String>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kk_karpenter::labels::CAPACITY_TYPE;
 
     fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
         NodeSelectorRequirement {

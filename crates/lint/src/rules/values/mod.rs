@@ -2,3 +2,4 @@
 
 pub mod control_plane;
 pub mod controller_placement;
+pub mod interruption_queue;

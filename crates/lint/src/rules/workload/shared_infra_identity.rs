@@ -1,5 +1,6 @@
-//! KK024: the join-token rotator (`kubean-karpenter controller`) without credentials of its
-//! own, so it acts with the infra workers' instance role, which every pod there can use.
+//! KK024: the join-token rotator (`kubean-karpenter controller`) or Karpenter using the infra
+//! workers' instance role from its own pod network, which needs IMDS hop limit 2 and so lends
+//! that role to every pod on the infra workers.
 
 use serde_json::Value;
 
@@ -9,21 +10,23 @@ use crate::rule::{Rule, RuleMeta};
 
 pub const DOC: &str = r#"
 ## What
-Finds the kubean-karpenter controller (the join-token rotator and CSR approver: a container
-whose first argument is `controller`, or the Deployment `kubean-karpenter-rotator`) whose
-containers carry no AWS credentials of their own: no `AWS_ACCESS_KEY_ID` and no web identity
-(`AWS_ROLE_ARN` with `AWS_WEB_IDENTITY_TOKEN_FILE`). It then takes the instance role of the node
-it runs on, through IMDS.
+Finds a controller that calls AWS with the infra workers' instance role **from its own pod
+network**: the kubean-karpenter rotator (a container whose first argument is `controller`, or
+the Deployment `kubean-karpenter-rotator`; the CSR approver alone, `--csr-approver-only`, calls
+no AWS) and Karpenter (its Helm values for a self-managed control plane; on EKS its role comes from
+IRSA or Pod Identity), when they carry no AWS credentials of their own (no
+`AWS_ACCESS_KEY_ID`, no web identity: `AWS_ROLE_ARN` with `AWS_WEB_IDENTITY_TOKEN_FILE`) and do
+not run on the host network (`hostNetwork: true`).
 
 ## Why
-The controller runs on the Kubean infra workers, next to Karpenter. With
-`karpenter.credentials.source: instanceProfile` the rotator's policy (write the join store)
-joins Karpenter's (launch and terminate instances, pass the node role) on the infra workers'
-instance role, and for pods to reach IMDS those instances need an IMDSv2 hop limit of 2. Then
-**every** pod scheduled on an infra worker can fetch the role's credentials from
-`169.254.169.254`: any compromised or merely misconfigured pod there can read and overwrite the
-join token and launch instances. Per-component credentials keep each identity to the one
-component that needs it.
+A pod in its own network namespace reaches IMDS only through one more hop than the node itself:
+the infra workers then need an IMDSv2 hop limit of 2, and with it **every** pod scheduled there
+can fetch the role's credentials from `169.254.169.254`: Karpenter's (launch and terminate
+instances, pass the node role) and the rotator's (write the join store). Any compromised or
+merely misconfigured pod on an infra worker could launch instances as nodes and overwrite the
+join token. On the host network the controllers reach IMDS with the hop limit at 1, which keeps
+every other pod's answer from IMDS one hop short (`doctor`'s `infra-imds-hop-limit` checks the
+instances).
 
 ## Example
 ```yaml
@@ -41,27 +44,27 @@ spec:
 ```
 
 ## Fix
-Set `karpenter.credentials.source: staticSecret` in the spec: `render` then gives the rotator
-its own Secret `kubean-karpenter-rotator-aws-credentials` (an IAM user holding only
-`iam/rotator-policy.json`) and Karpenter its own, and wires each into its component:
+What `render` does with `karpenter.credentials.source: instanceProfile`: run the controller on
+the host network (the rotator's metrics move to port 8093, clear of Karpenter's 8080 and 8081)
+and keep the infra workers' hop limit at 1:
 ```yaml
-          env:
-            - name: AWS_ACCESS_KEY_ID
-              valueFrom: {secretKeyRef: {name: kubean-karpenter-rotator-aws-credentials, key: AWS_ACCESS_KEY_ID}}
-            - name: AWS_SECRET_ACCESS_KEY
-              valueFrom: {secretKeyRef: {name: kubean-karpenter-rotator-aws-credentials, key: AWS_SECRET_ACCESS_KEY}}
+    spec:
+      hostNetwork: true
+      dnsPolicy: Default
 ```
-Keeping the instance profile is a decision to trust every pod on the infra workers: then keep
-workloads off them (taints) and the hop limit at 2 only there.
+and `hostNetwork: true` / `dnsPolicy: Default` in Karpenter's values; then
+`aws ec2 modify-instance-metadata-options --instance-id <infra worker> --http-tokens required
+--http-put-response-hop-limit 1`. Or give each controller its own credentials
+(`karpenter.credentials.source: staticSecret`: Secrets of their own, wired into each component).
 "#;
 
 pub const META: RuleMeta = RuleMeta {
     code: "KK024",
     name: "shared-infra-identity",
-    // Info: the instance profile is the recommended default (KK015 nudges Karpenter towards
-    // it); this names what that choice trusts, it does not fail a lint run by default.
-    severity: Severity::Info,
-    summary: "The join-token rotator has no AWS credentials of its own and shares the infra workers' instance role with every pod there",
+    // An error since issue 24's finding 4: the pod-network form needs hop limit 2, which hands
+    // Karpenter's rights to every pod on the infra workers.
+    severity: Severity::Error,
+    summary: "A controller uses the infra workers' instance role from its own pod network, which needs IMDS hop limit 2 and lets every pod there use that role",
     doc: DOC,
 };
 
@@ -75,18 +78,27 @@ fn containers<'a>(wl: &WorkloadView<'a>) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
+fn args(container: &Value) -> Vec<&str> {
+    container
+        .get("args")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The rotator, which uses AWS; the CSR approver alone (`--csr-approver-only`) uses none.
 fn is_controller(wl: &WorkloadView<'_>) -> bool {
-    wl.obj.name == "kubean-karpenter-rotator"
-        || containers(wl).iter().any(|c| {
-            c.get("args")
-                .and_then(Value::as_array)
-                .and_then(|a| a.first())
-                .and_then(Value::as_str)
-                == Some("controller")
-                && c.get("image")
-                    .and_then(Value::as_str)
-                    .is_some_and(|i| i.contains("kubean-karpenter"))
-        })
+    let approver_only = containers(wl)
+        .iter()
+        .any(|c| args(c).contains(&"--csr-approver-only"));
+    !approver_only
+        && (wl.obj.name == "kubean-karpenter-rotator"
+            || containers(wl).iter().any(|c| {
+                args(c).first() == Some(&"controller")
+                    && c.get("image")
+                        .and_then(Value::as_str)
+                        .is_some_and(|i| i.contains("kubean-karpenter"))
+            }))
 }
 
 fn env_names(container: &Value) -> Vec<&str> {
@@ -107,12 +119,42 @@ fn has_own_credentials(container: &Value) -> bool {
         || (names.contains(&"AWS_ROLE_ARN") && names.contains(&"AWS_WEB_IDENTITY_TOKEN_FILE"))
 }
 
+/// Karpenter's values: credentials of its own in `controller.env`, or the host network.
+fn check_values(ctx: &Context<'_>, obj: &crate::input::Object, out: &mut Vec<Diagnostic>) {
+    let v = &obj.doc.value;
+    let own = v["controller"]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.get("name").and_then(Value::as_str))
+        .any(|n| n == "AWS_ACCESS_KEY_ID" || n == "AWS_ROLE_ARN");
+    let host_network = v.get("hostNetwork").and_then(Value::as_bool) == Some(true);
+    // On EKS the role comes from IRSA or Pod Identity, not from the node.
+    let eks = matches!(&v["settings"]["eksControlPlane"], Value::Bool(true))
+        || v["serviceAccount"]["annotations"]
+            .get("eks.amazonaws.com/role-arn")
+            .is_some();
+    if own || host_network || eks {
+        return;
+    }
+    let message = "Karpenter has no AWS credentials of its own and is not on the host network: it needs the infra workers' instance role through IMDS hop limit 2, which lets every pod there launch instances and pass the node role; set hostNetwork: true and dnsPolicy: Default (and hop limit 1), or give it its own Secret (spec karpenter.credentials.source: staticSecret)".to_owned();
+    let path = kk_model::FieldPath::parse("hostNetwork");
+    out.push(if obj.value(&path).is_some() {
+        ctx.diag(&META, obj, &path, message)
+    } else {
+        ctx.diag(&META, obj, &kk_model::FieldPath::root(), message)
+    });
+}
+
 impl Rule for SharedInfraIdentity {
     fn meta(&self) -> &'static RuleMeta {
         &META
     }
 
     fn check(&self, ctx: &Context<'_>, out: &mut Vec<Diagnostic>) {
+        for values in &ctx.values {
+            check_values(ctx, values, out);
+        }
         for wl in &ctx.workloads {
             if !is_controller(wl) {
                 continue;
@@ -127,6 +169,14 @@ impl Rule for SharedInfraIdentity {
             } else {
                 "its node"
             };
+            let host_network = wl
+                .pod_spec
+                .get("hostNetwork")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            if host_network {
+                continue;
+            }
             for (i, c) in containers(wl).iter().enumerate() {
                 if has_own_credentials(c) {
                     continue;
@@ -138,7 +188,7 @@ impl Rule for SharedInfraIdentity {
                     wl.obj,
                     &path,
                     format!(
-                        "container {name} of {} has no AWS credentials of its own: it uses the instance role of {nodes}, which every pod there can fetch from IMDS (hop limit 2); give it its own Secret (spec karpenter.credentials.source: staticSecret)",
+                        "container {name} of {} has no AWS credentials of its own and is not on the host network: it needs the instance role of {nodes} through IMDS hop limit 2, which lets every pod there fetch it; set hostNetwork: true (and hop limit 1), or give it its own Secret (spec karpenter.credentials.source: staticSecret)",
                         wl.obj.label()
                     ),
                 ));

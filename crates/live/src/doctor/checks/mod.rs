@@ -13,7 +13,11 @@ use super::{Check, Facts, Status};
 
 mod aws;
 mod cluster;
+mod day_two;
+mod drift;
 mod gpu;
+mod interruption;
+mod isolated_vpc;
 mod join;
 mod karpenter;
 mod nodes;
@@ -29,6 +33,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
     vec![
         cluster::apiserver(s),
         cluster::kubelet_skew(s, f),
+        day_two::kubelet_skew_headroom(s),
         cluster::pods_running(s, f),
         cluster::nodepools_present(s, f),
         karpenter::karpenter_ready(s),
@@ -36,10 +41,13 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         nodes::node_provider_id(s, f),
         nodes::ccm_initializes(s, f),
         nodes::cluster_id_tag(s, f),
+        nodes::infra_imds_hop_limit(s, f),
         karpenter::nodeclaims_registered(s, f),
         karpenter::nodeclaims_initialized(s, f),
         gpu::gpu_advertised(s, f),
         gpu::device_plugin(s, f),
+        day_two::ami_pinned(s),
+        drift::drift_progress(s),
         join::join_store(s, f),
         join::join_token_valid(s, f),
         join::join_ca_hash(s),
@@ -47,6 +55,12 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         join::bootstrap_rbac(s, f),
         aws::pass_role(s, f),
         aws::api_port(s, f),
+        interruption::interruption_queue(s, f),
+        interruption::interruption_queue_policy(s, f),
+        interruption::interruption_rules(s, f),
+        interruption::interruption_setting(s, f),
+        interruption::interruption_backlog(s, f),
+        isolated_vpc::isolated_vpc_endpoints(s, f),
     ]
 }
 

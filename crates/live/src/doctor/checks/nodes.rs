@@ -193,3 +193,81 @@ pub(super) fn cluster_id_tag(s: &Snapshot, f: &Facts) -> Check {
     }
     c
 }
+
+/// The label Kubean's infra workers carry (where Karpenter and the rotator run).
+const INFRA_ROLE: &str = "node-role.kubernetes.io/infra";
+
+pub(super) fn infra_imds_hop_limit(s: &Snapshot, f: &Facts) -> Check {
+    let mut c = check(
+        "infra-imds-hop-limit",
+        "the infra workers answer IMDS to the node only (IMDSv2, hop limit 1): no pod there borrows their role",
+    );
+    let Some(found) = &s.instances else {
+        return c.skip("no AWS configuration: instance metadata options not read");
+    };
+    let found = match found {
+        Ok(f) => f,
+        Err(e) => return c.skip(e.to_string()),
+    };
+    let Ok(nodes) = &s.nodes else {
+        return c.skip("Nodes could not be listed");
+    };
+    // With the instance profile the role is Karpenter's and the rotator's: launch instances,
+    // pass the node role, write the join store. Otherwise it is Kubean's, still worth keeping.
+    let (status, role) = if f.controllers_use_instance_profile {
+        (Status::Fail, "Karpenter's and the rotator's role")
+    } else {
+        (Status::Warn, "the infra workers' role")
+    };
+    let mut seen = 0;
+    for n in nodes {
+        let infra = n
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(INFRA_ROLE));
+        let Some(id) = infra
+            .then(|| provider_id(n).and_then(instance_id))
+            .flatten()
+        else {
+            continue;
+        };
+        let Some(i) = found.get(id) else { continue };
+        seen += 1;
+        let fix = format!(
+            "aws ec2 modify-instance-metadata-options --instance-id {id} --http-tokens required --http-put-response-hop-limit 1 (the rendered controllers run on the host network and need no more; docs/join-credentials.md)"
+        );
+        if let Some(limit) = i.hop_limit.filter(|l| *l > 1) {
+            c.worse(
+                status,
+                format!(
+                    "Node {} (instance {id}): IMDS hop limit {limit}, so every pod on it can fetch {role}",
+                    name_of(&n.metadata)
+                ),
+                &fix,
+            );
+        }
+        if i.http_tokens.as_deref().is_some_and(|t| t != "required") {
+            c.worse(
+                Status::Warn,
+                format!(
+                    "Node {} (instance {id}): IMDSv1 is allowed (HttpTokens {}), which a server-side request forgery can use",
+                    name_of(&n.metadata),
+                    i.http_tokens.as_deref().unwrap_or("")
+                ),
+                &fix,
+            );
+        }
+    }
+    if seen == 0 {
+        return c.skip(format!(
+            "no Node labelled {INFRA_ROLE} with an EC2 instance"
+        ));
+    }
+    if c.evidence.is_empty() {
+        c = c.saw(format!(
+            "{seen} infra instance(s) with IMDSv2 and hop limit 1"
+        ));
+    }
+    c
+}

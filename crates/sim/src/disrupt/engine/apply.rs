@@ -1,16 +1,16 @@
-//! Carrying commands out: forceful expiration before the first round, and the execution of a
-//! chosen command (nodes gone, pods moved, replacements up).
+//! Carrying commands out: forceful removal (expiration before the first round, a reclaim), and
+//! the execution of a chosen command (nodes gone, pods moved, replacements up).
 
-use super::Cand;
-use super::Cmd;
+use super::Candidate;
+use super::Command;
 use super::Dest;
 use super::Engine;
 use super::Method;
-use super::Repl;
-use super::WNode;
-use crate::disrupt::report::CommandOut;
+use super::Replacement;
+use super::WorkingNode;
 use crate::disrupt::report::NodeOut;
 use crate::disrupt::report::ReplacementOut;
+use crate::disrupt::report::{self, CommandOut};
 use crate::disrupt::state::NodeInfo;
 use crate::disrupt::state::PodInfo;
 use crate::labels;
@@ -39,10 +39,16 @@ impl Engine<'_> {
             })
             .map(|(k, _)| k.clone())
             .collect();
-        if expired.is_empty() {
+        self.remove_forcefully(Method::Expiration, &expired);
+    }
+
+    /// Removes `names` at once, whatever blocks graceful disruption (expiration, a reclaim),
+    /// and provisions their pods again: the ones that find no place stay Pending.
+    pub(super) fn remove_forcefully(&mut self, method: Method, names: &[String]) {
+        if names.is_empty() {
             return;
         }
-        let cands: Vec<Cand> = expired
+        let candidates: Vec<Candidate> = names
             .iter()
             .map(|name| {
                 let n = &self.nodes[name];
@@ -54,20 +60,20 @@ impl Engine<'_> {
                     .filter(|p| self.info(p).is_some_and(PodInfo::reschedulable))
                     .cloned()
                     .collect();
-                Cand {
+                Candidate {
                     name: name.clone(),
                     pool: n.pool.clone().unwrap_or_default(),
                     price: n.price,
                     it: n.it,
                     capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
                     zone: n.node.labels.get(labels::ZONE).cloned(),
-                    resched: moving.len(),
+                    reschedulable: moving.len(),
                     cost: 1.0,
                     moving,
                 }
             })
             .collect();
-        let refs: Vec<&Cand> = cands.iter().collect();
+        let refs: Vec<&Candidate> = candidates.iter().collect();
         // Provisioning for the evicted pods: failures stay Pending.
         let (claims, moves, stranded) = match self.simulate(&refs, false) {
             Ok(sim) => (sim.claims, sim.moves, Vec::new()),
@@ -93,29 +99,29 @@ impl Engine<'_> {
                 (outcome.claims, moves, stranded)
             }
         };
-        let mut repls = Vec::new();
+        let mut replacements = Vec::new();
         for claim in claims {
             if let Some(launch) = self.do_launch(&claim) {
-                repls.push(Repl { claim, launch });
+                replacements.push(Replacement { claim, launch });
             }
         }
-        let cmd = Cmd {
-            method: Method::Expiration,
-            cands,
-            repls,
+        let command = Command {
+            method,
+            candidates,
+            replacements,
             moves,
             stranded,
         };
-        self.apply(cmd);
+        self.apply(command);
     }
 
     /// Carries a command out and records it.
-    pub(super) fn apply(&mut self, cmd: Cmd) {
+    pub(super) fn apply(&mut self, command: Command) {
         let now = self.opts.now;
         let catalog = self.input.catalog.clone();
-        let before: f64 = cmd.cands.iter().map(|c| c.price).sum();
+        let before: f64 = command.candidates.iter().map(|c| c.price).sum();
         let mut nodes_out = Vec::new();
-        for c in &cmd.cands {
+        for c in &command.candidates {
             let n = self.nodes.remove(&c.name).expect("candidate exists");
             self.bound.remove(&c.name);
             nodes_out.push(NodeOut {
@@ -134,7 +140,7 @@ impl Engine<'_> {
         }
         let mut repl_names = Vec::new();
         let mut repls_out = Vec::new();
-        for r in &cmd.repls {
+        for r in &command.replacements {
             self.next_name += 1;
             let name = format!("{}-replacement-{}", r.claim.pool, self.next_name);
             let it = &catalog.types()[r.launch.instance_type];
@@ -191,7 +197,7 @@ impl Engine<'_> {
                 .and_then(|p| p.expire_after);
             self.nodes.insert(
                 name.clone(),
-                WNode {
+                WorkingNode {
                     node,
                     info: NodeInfo {
                         name: name.clone(),
@@ -228,10 +234,20 @@ impl Engine<'_> {
             });
         }
         let mut moved = 0;
-        for (p, dest) in cmd.moves {
+        let mut to_existing = Vec::new();
+        for (p, dest) in command.moves {
             moved += 1;
             let target = match dest {
-                Dest::Existing(n) => n,
+                Dest::Existing(n) => {
+                    // Where each pod went is the question a reclaim answers.
+                    if command.method == Method::Interruption {
+                        to_existing.push(report::PodMove {
+                            pod: p.key(),
+                            node: n.clone(),
+                        });
+                    }
+                    n
+                }
                 Dest::Claim(k) => {
                     if let Some(out) = repls_out.get_mut(k) {
                         out.pods.push(p.key());
@@ -247,27 +263,27 @@ impl Engine<'_> {
             }
             self.bound.entry(target).or_default().push(p);
         }
-        for (pod, reason) in &cmd.stranded {
+        for (pod, reason) in &command.stranded {
             self.stranded.push((pod.clone(), reason.clone()));
         }
         for r in &mut repls_out {
             r.pods.sort();
         }
         self.bound_dirty = true;
-        let after: f64 = cmd.repls.iter().map(|r| r.launch.price).sum();
+        let after: f64 = command.replacements.iter().map(|r| r.launch.price).sum();
         if let Some(x) = &self.opts.explain
-            && cmd.cands.iter().any(|c| &c.name == x)
+            && command.candidates.iter().any(|c| &c.name == x)
         {
             self.explained.push(format!(
                 "round {}: {}: {} (with {} other node(s)){}",
                 self.round,
-                cmd.method.name(),
-                if cmd.repls.is_empty() {
+                command.method.name(),
+                if command.replacements.is_empty() {
                     "deleted"
                 } else {
                     "replaced"
                 },
-                cmd.cands.len() - 1,
+                command.candidates.len() - 1,
                 if repl_names.is_empty() {
                     String::new()
                 } else {
@@ -277,13 +293,13 @@ impl Engine<'_> {
         }
         self.commands.push(CommandOut {
             round: self.round,
-            method: cmd.method.name().to_owned(),
-            reason: if cmd.method == Method::Expiration {
-                "Expired".to_owned()
-            } else {
-                cmd.method.reason().as_str().to_owned()
+            method: command.method.name().to_owned(),
+            reason: match command.method {
+                Method::Expiration => "Expired".to_owned(),
+                Method::Interruption => "Reclaimed".to_owned(),
+                m => m.reason().as_str().to_owned(),
             },
-            decision: if cmd.repls.is_empty() {
+            decision: if command.replacements.is_empty() {
                 "delete"
             } else {
                 "replace"
@@ -292,6 +308,7 @@ impl Engine<'_> {
             nodes: nodes_out,
             replacements: repls_out,
             pods_moved: moved,
+            moved_to_existing: to_existing,
             price_per_hour_before: crate::disrupt::report::round(before),
             price_per_hour_after: crate::disrupt::report::round(after),
             savings_per_hour: crate::disrupt::report::round(before - after),

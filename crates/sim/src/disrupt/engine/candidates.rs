@@ -2,7 +2,7 @@
 //! (`BuildDisruptionBudgetMapping`) and the Balanced consolidation policy's approval.
 
 use super::BALANCED_K;
-use super::Cand;
+use super::Candidate;
 use super::Engine;
 use super::Method;
 use crate::disrupt::state::Policy;
@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 impl Engine<'_> {
     /// `NewCandidate` for every node: the candidates, and why the others are not.
-    pub(super) fn candidates(&mut self, method: Method, record: bool) -> Vec<Cand> {
+    pub(super) fn candidates(&mut self, method: Method, record: bool) -> Vec<Candidate> {
         let now = self.opts.now;
         let mut out = Vec::new();
         let mut notes = Vec::new();
@@ -116,7 +116,7 @@ impl Engine<'_> {
                 notes.push((name.clone(), b));
                 continue;
             }
-            let mut resched = 0;
+            let mut reschedulable = 0;
             let mut cost = 1.0;
             let mut moving = Vec::new();
             for p in pods {
@@ -124,7 +124,7 @@ impl Engine<'_> {
                 if !info.reschedulable() {
                     continue;
                 }
-                resched += 1;
+                reschedulable += 1;
                 cost += info.eviction_cost().max(0.0);
                 let fully_blocked = self.state.pdbs.iter().any(|d| {
                     d.selects(info)
@@ -135,14 +135,14 @@ impl Engine<'_> {
                     moving.push(p.clone());
                 }
             }
-            out.push(Cand {
+            out.push(Candidate {
                 name: name.clone(),
                 pool: pool_name,
                 price: n.price,
                 it: n.it,
                 capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
                 zone: n.node.labels.get(labels::ZONE).cloned(),
-                resched,
+                reschedulable,
                 moving,
                 cost,
             });
@@ -183,8 +183,9 @@ impl Engine<'_> {
 
     /// Per-pool totals for the Balanced policy (`computeNodePoolTotals`; the pool's cost is
     /// every node's price, as the cluster cost tracker has it).
-    pub(super) fn totals(&self, cands: &[Cand]) -> BTreeMap<String, (f64, f64)> {
-        let by_name: BTreeMap<&str, &Cand> = cands.iter().map(|c| (c.name.as_str(), c)).collect();
+    pub(super) fn totals(&self, candidates: &[Candidate]) -> BTreeMap<String, (f64, f64)> {
+        let by_name: BTreeMap<&str, &Candidate> =
+            candidates.iter().map(|c| (c.name.as_str(), c)).collect();
         let mut t: BTreeMap<String, (f64, f64)> = BTreeMap::new();
         for (name, n) in &self.nodes {
             let Some(pool) = &n.pool else { continue };
@@ -218,7 +219,7 @@ impl Engine<'_> {
     /// `EvaluateBalancedMove`: every Balanced pool of the command must score ≥ 1/k.
     pub(super) fn approve(
         &self,
-        cmd_cands: &[Cand],
+        cmd_cands: &[Candidate],
         savings: f64,
         totals: &BTreeMap<String, (f64, f64)>,
     ) -> Result<(), String> {
@@ -228,7 +229,7 @@ impl Engine<'_> {
             if !self.balanced(pool) {
                 continue;
             }
-            let in_pool: Vec<&Cand> = cmd_cands.iter().filter(|c| c.pool == *pool).collect();
+            let in_pool: Vec<&Candidate> = cmd_cands.iter().filter(|c| c.pool == *pool).collect();
             let dcost: f64 = in_pool.iter().map(|c| c.cost).sum();
             let pcost: f64 = in_pool.iter().map(|c| c.price).sum();
             let s = if source > 0.0 && pools.len() > 1 {

@@ -1,11 +1,11 @@
 //! Whether a candidate may be consolidated and with what replacement (`ShouldDisrupt`,
 //! `computeConsolidation`, spot-to-spot), and the command's estimated savings.
 
-use super::Cand;
-use super::Cmd;
+use super::Candidate;
+use super::Command;
 use super::Engine;
 use super::Method;
-use super::Repl;
+use super::Replacement;
 use super::price_of;
 use crate::disrupt::state::Policy;
 use crate::labels;
@@ -50,7 +50,7 @@ fn cheapest_available(it: &kk_catalog::InstanceType) -> Option<f64> {
 
 impl Engine<'_> {
     /// `consolidation.ShouldDisrupt` (and Emptiness's): `Err` is why not.
-    pub(super) fn consolidatable(&self, c: &Cand, method: Method) -> Result<(), String> {
+    pub(super) fn consolidatable(&self, c: &Candidate, method: Method) -> Result<(), String> {
         let pool = &self.state.pools[&c.pool];
         if pool.static_pool {
             return Err("static NodePool".into());
@@ -61,7 +61,10 @@ impl Engine<'_> {
                 return Err(format!("NodePool {:?} has consolidation disabled", c.pool));
             }
             if !c.empty() {
-                return Err(format!("not empty ({} reschedulable pods)", c.resched));
+                return Err(format!(
+                    "not empty ({} reschedulable pods)",
+                    c.reschedulable
+                ));
             }
         } else {
             if c.it.is_none() {
@@ -106,14 +109,18 @@ impl Engine<'_> {
     }
 
     /// `computeConsolidation` (with `computeSpotToSpotConsolidation`).
-    pub(super) fn consolidate(&mut self, cands: &[&Cand], method: Method) -> Result<Cmd, String> {
-        let sim = self.simulate(cands, true)?;
-        let owned: Vec<Cand> = cands.iter().map(|c| (*c).clone()).collect();
+    pub(super) fn consolidate(
+        &mut self,
+        candidates: &[&Candidate],
+        method: Method,
+    ) -> Result<Command, String> {
+        let sim = self.simulate(candidates, true)?;
+        let owned: Vec<Candidate> = candidates.iter().map(|c| (*c).clone()).collect();
         if sim.claims.is_empty() {
-            return Ok(Cmd {
+            return Ok(Command {
                 method,
-                cands: owned,
-                repls: Vec::new(),
+                candidates: owned,
+                replacements: Vec::new(),
                 moves: sim.moves,
                 stranded: Vec::new(),
             });
@@ -124,10 +131,10 @@ impl Engine<'_> {
                 sim.claims.len()
             ));
         }
-        let price: f64 = cands.iter().map(|c| c.price).sum();
+        let price: f64 = candidates.iter().map(|c| c.price).sum();
         let mut claim = sim.claims[0].clone();
         let catalog = &self.input.catalog;
-        let all_spot = cands
+        let all_spot = candidates
             .iter()
             .all(|c| c.capacity_type.as_deref() == Some("spot"));
         if all_spot && claim.requirements.get(labels::CAPACITY_TYPE).has("spot") {
@@ -153,7 +160,7 @@ impl Engine<'_> {
             if claim.types.is_empty() {
                 return Err("can't replace with a cheaper node".into());
             }
-            if cands.len() == 1 {
+            if candidates.len() == 1 {
                 if claim.types.len() < SPOT_TO_SPOT_MIN_TYPES {
                     return Err(format!(
                         "SpotToSpotConsolidation requires {SPOT_TO_SPOT_MIN_TYPES} cheaper instance type options than the current candidate to consolidate, got {}",
@@ -180,7 +187,7 @@ impl Engine<'_> {
         if method == Method::MultiNode {
             // filterOutSameInstanceType: no replacement dearer than a candidate's own type.
             let mut max_price = f64::MAX;
-            for c in cands {
+            for c in candidates {
                 let Some(it) = c.it else { continue };
                 if claim.types.contains(&it) {
                     max_price = max_price.min(price_of(
@@ -202,10 +209,10 @@ impl Engine<'_> {
         let launch = self
             .do_launch(&claim)
             .ok_or("no launchable offering for the replacement")?;
-        Ok(Cmd {
+        Ok(Command {
             method,
-            cands: owned,
-            repls: vec![Repl { claim, launch }],
+            candidates: owned,
+            replacements: vec![Replacement { claim, launch }],
             moves: sim.moves,
             stranded: Vec::new(),
         })
@@ -213,10 +220,10 @@ impl Engine<'_> {
 
     /// `Command.EstimatedSavings`: the candidates' prices less the cheapest available offering
     /// of the replacement's first option.
-    pub(super) fn savings(&self, cmd: &Cmd) -> f64 {
-        let source: f64 = cmd.cands.iter().map(|c| c.price).sum();
-        let dest: f64 = cmd
-            .repls
+    pub(super) fn savings(&self, command: &Command) -> f64 {
+        let source: f64 = command.candidates.iter().map(|c| c.price).sum();
+        let dest: f64 = command
+            .replacements
             .iter()
             .filter_map(|r| r.claim.types.first())
             .filter_map(|&ci| cheapest_available(&self.input.catalog.types()[ci]))
@@ -224,10 +231,10 @@ impl Engine<'_> {
         source - dest
     }
 
-    pub(super) fn sort_by_savings(cands: &mut [Cand]) {
+    pub(super) fn sort_by_savings(candidates: &mut [Candidate]) {
         // Upstream sorts with sort.Slice on candidates in map order (ties random); here ties
         // keep name order.
-        cands.sort_by(|a, b| {
+        candidates.sort_by(|a, b| {
             b.savings_ratio()
                 .total_cmp(&a.savings_ratio())
                 .then(a.name.cmp(&b.name))

@@ -2,11 +2,11 @@
 //! MultiNodeConsolidation, SingleNodeConsolidation.
 
 use super::BALANCED_K;
-use super::Cand;
-use super::Cmd;
+use super::Candidate;
+use super::Command;
 use super::Engine;
 use super::Method;
-use super::Repl;
+use super::Replacement;
 use crate::disrupt::state::Reason;
 use std::collections::BTreeMap;
 
@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 const MULTI_NODE_MAX: usize = 100;
 
 impl Engine<'_> {
-    pub(super) fn emptiness(&mut self, cands: Vec<Cand>) -> Option<Cmd> {
-        let mut cands = cands;
-        Self::sort_by_savings(&mut cands);
+    pub(super) fn emptiness(&mut self, candidates: Vec<Candidate>) -> Option<Command> {
+        let mut candidates = candidates;
+        Self::sort_by_savings(&mut candidates);
         let mut budget = self.budgets(Reason::Empty);
         let mut chosen = Vec::new();
-        for c in cands {
+        for c in candidates {
             let left = budget.entry(c.pool.clone()).or_default();
             if *left == 0 {
                 self.note(
@@ -35,18 +35,19 @@ impl Engine<'_> {
             *left -= 1;
             chosen.push(c);
         }
-        (!chosen.is_empty()).then(|| Cmd {
+        (!chosen.is_empty()).then(|| Command {
             method: Method::Emptiness,
-            cands: chosen,
-            repls: Vec::new(),
+            candidates: chosen,
+            replacements: Vec::new(),
             moves: Vec::new(),
             stranded: Vec::new(),
         })
     }
 
-    pub(super) fn drift(&mut self, mut cands: Vec<Cand>) -> Option<Cmd> {
-        cands.sort_by_key(|c| (self.nodes[&c.name].info.drifted_at, c.name.clone()));
-        let (empty, busy): (Vec<Cand>, Vec<Cand>) = cands.into_iter().partition(|c| c.resched == 0);
+    pub(super) fn drift(&mut self, mut candidates: Vec<Candidate>) -> Option<Command> {
+        candidates.sort_by_key(|c| (self.nodes[&c.name].info.drifted_at, c.name.clone()));
+        let (empty, busy): (Vec<Candidate>, Vec<Candidate>) =
+            candidates.into_iter().partition(|c| c.reschedulable == 0);
         let budget = self.budgets(Reason::Drifted);
         for c in empty.into_iter().chain(busy) {
             if budget.get(&c.pool).copied().unwrap_or(0) == 0 {
@@ -63,10 +64,10 @@ impl Engine<'_> {
             match self.simulate(&[&c], false) {
                 Err(e) => self.note(&c.name, Some(Method::Drift), e),
                 Ok(sim) => {
-                    let mut repls = Vec::new();
+                    let mut replacements = Vec::new();
                     for claim in sim.claims {
                         match self.do_launch(&claim) {
-                            Some(launch) => repls.push(Repl { claim, launch }),
+                            Some(launch) => replacements.push(Replacement { claim, launch }),
                             None => {
                                 self.note(
                                     &c.name,
@@ -77,10 +78,10 @@ impl Engine<'_> {
                             }
                         }
                     }
-                    return Some(Cmd {
+                    return Some(Command {
                         method: Method::Drift,
-                        cands: vec![c],
-                        repls,
+                        candidates: vec![c],
+                        replacements,
                         moves: sim.moves,
                         stranded: Vec::new(),
                     });
@@ -92,13 +93,13 @@ impl Engine<'_> {
 
     pub(super) fn multi_node(
         &mut self,
-        mut cands: Vec<Cand>,
+        mut candidates: Vec<Candidate>,
         totals: &BTreeMap<String, (f64, f64)>,
-    ) -> Option<Cmd> {
-        Self::sort_by_savings(&mut cands);
+    ) -> Option<Command> {
+        Self::sort_by_savings(&mut candidates);
         let mut budget = self.budgets(Reason::Underutilized);
         let mut ok = Vec::new();
-        for c in cands {
+        for c in candidates {
             let left = budget.entry(c.pool.clone()).or_default();
             if *left == 0 {
                 continue;
@@ -119,17 +120,19 @@ impl Engine<'_> {
         let mut best = None;
         while lo <= hi {
             let mid = (lo + hi) / 2;
-            let batch: Vec<&Cand> = ok[..=mid].iter().collect();
+            let batch: Vec<&Candidate> = ok[..=mid].iter().collect();
             let valid = match self.consolidate(&batch, Method::MultiNode) {
-                Ok(cmd) => {
-                    let s = self.savings(&cmd);
-                    self.approve(&cmd.cands, s, totals).is_ok().then_some(cmd)
+                Ok(command) => {
+                    let s = self.savings(&command);
+                    self.approve(&command.candidates, s, totals)
+                        .is_ok()
+                        .then_some(command)
                 }
                 Err(_) => None,
             };
             match valid {
-                Some(cmd) => {
-                    best = Some(cmd);
+                Some(command) => {
+                    best = Some(command);
                     lo = mid + 1;
                 }
                 None => {
@@ -145,13 +148,13 @@ impl Engine<'_> {
 
     pub(super) fn single_node(
         &mut self,
-        mut cands: Vec<Cand>,
+        mut candidates: Vec<Candidate>,
         totals: &BTreeMap<String, (f64, f64)>,
-    ) -> Option<Cmd> {
-        Self::sort_by_savings(&mut cands);
+    ) -> Option<Command> {
+        Self::sort_by_savings(&mut candidates);
         // shuffleCandidates: round-robin over the NodePools (upstream: map order; here by name).
-        let mut by_pool: BTreeMap<String, Vec<Cand>> = BTreeMap::new();
-        for c in cands {
+        let mut by_pool: BTreeMap<String, Vec<Candidate>> = BTreeMap::new();
+        for c in candidates {
             by_pool.entry(c.pool.clone()).or_default().push(c);
         }
         let longest = by_pool.values().map(Vec::len).max().unwrap_or(0);
@@ -193,13 +196,13 @@ impl Engine<'_> {
             }
             match self.consolidate(&[&c], Method::SingleNode) {
                 Err(e) => self.note(&c.name, m, e),
-                Ok(cmd) => {
-                    let s = self.savings(&cmd);
-                    if let Err(e) = self.approve(&cmd.cands, s, totals) {
+                Ok(command) => {
+                    let s = self.savings(&command);
+                    if let Err(e) = self.approve(&command.candidates, s, totals) {
                         self.note(&c.name, m, e);
                         continue;
                     }
-                    return Some(cmd);
+                    return Some(command);
                 }
             }
         }

@@ -38,11 +38,15 @@ pub struct Options {
     pub max_rounds: usize,
     /// Record, for the first pass, each evaluated method's candidates (the oracle compares them).
     pub first_pass_candidates: bool,
+    /// Instead of the disruption loop: this capacity is reclaimed and unavailable.
+    pub reclaim: Option<super::reclaim::Selector>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
     Expiration,
+    /// A reclaim (`--reclaim`): Karpenter's interruption controller, not its disruption loop.
+    Interruption,
     Emptiness,
     StaticDrift,
     Drift,
@@ -54,6 +58,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Expiration => "Expiration",
+            Method::Interruption => "Interruption",
             Method::Emptiness => "Emptiness",
             Method::StaticDrift => "StaticDrift",
             Method::Drift => "Drift",
@@ -64,7 +69,9 @@ impl Method {
     fn reason(self) -> Reason {
         match self {
             Method::Emptiness => Reason::Empty,
-            Method::StaticDrift | Method::Drift | Method::Expiration => Reason::Drifted,
+            Method::StaticDrift | Method::Drift | Method::Expiration | Method::Interruption => {
+                Reason::Drifted
+            }
             Method::MultiNode | Method::SingleNode => Reason::Underutilized,
         }
     }
@@ -75,7 +82,7 @@ impl Method {
 
 /// A node of the working state.
 #[derive(Debug, Clone)]
-pub(super) struct WNode {
+pub(super) struct WorkingNode {
     pub node: Node,
     pub info: NodeInfo,
     pub pool: Option<String>,
@@ -87,7 +94,7 @@ pub(super) struct WNode {
 
 /// A disruption candidate.
 #[derive(Debug, Clone)]
-struct Cand {
+struct Candidate {
     name: String,
     pool: String,
     price: f64,
@@ -95,14 +102,14 @@ struct Cand {
     capacity_type: Option<String>,
     zone: Option<String>,
     /// Reschedulable pods (`pod.IsReschedulable`).
-    resched: usize,
+    reschedulable: usize,
     /// Pods the simulation moves (`IsCurrentlyReschedulable`).
     moving: Vec<Pod>,
     /// `RescheduleDisruptionCost`.
     cost: f64,
 }
 
-impl Cand {
+impl Candidate {
     fn empty(&self) -> bool {
         self.cost <= 1.0
     }
@@ -125,16 +132,16 @@ struct Sim {
 
 /// A replacement about to be launched.
 #[derive(Debug, Clone)]
-struct Repl {
+struct Replacement {
     claim: ClaimResult,
     launch: Launch,
 }
 
 #[derive(Debug, Clone)]
-struct Cmd {
+struct Command {
     method: Method,
-    cands: Vec<Cand>,
-    repls: Vec<Repl>,
+    candidates: Vec<Candidate>,
+    replacements: Vec<Replacement>,
     moves: Vec<(Pod, Dest)>,
     /// Pods of removed nodes that found no place (expiration only).
     stranded: Vec<(String, String)>,
@@ -144,7 +151,7 @@ pub(super) struct Engine<'a> {
     state: &'a ClusterState,
     opts: &'a Options,
     input: Input,
-    pub nodes: BTreeMap<String, WNode>,
+    pub nodes: BTreeMap<String, WorkingNode>,
     pub bound: BTreeMap<String, Vec<Pod>>,
     pending: Vec<Pod>,
     bound_dirty: bool,
@@ -163,6 +170,7 @@ mod apply;
 mod candidates;
 mod consolidate;
 mod methods;
+mod reclaim;
 mod simulate;
 
 fn price_of(catalog: &kk_catalog::Catalog, it: usize, zone: Option<&str>, ct: Option<&str>) -> f64 {
@@ -203,7 +211,7 @@ impl<'a> Engine<'a> {
             });
             nodes.insert(
                 n.name.clone(),
-                WNode {
+                WorkingNode {
                     managed: pool.is_some(),
                     node: n.clone(),
                     info,
@@ -255,7 +263,7 @@ impl<'a> Engine<'a> {
     }
 
     /// `IsUnderConsolidateAfter` for a node.
-    fn under_consolidate_after(&self, n: &WNode) -> Option<i64> {
+    fn under_consolidate_after(&self, n: &WorkingNode) -> Option<i64> {
         let pool = self.state.pools.get(n.pool.as_deref()?)?;
         let after = pool.consolidate_after.filter(|a| *a > 0)?;
         if !n.managed || !n.info.initialized {
@@ -287,7 +295,7 @@ impl<'a> Engine<'a> {
         let eventual = self.candidates(Method::Drift, false);
         let totals = self.totals(&graceful);
         for m in methods {
-            let pool_of = |c: &Cand| self.state.pools[&c.pool].clone();
+            let pool_of = |c: &Candidate| self.state.pools[&c.pool].clone();
             let mut chosen = Vec::new();
             match m {
                 Method::StaticDrift => {
@@ -334,15 +342,15 @@ impl<'a> Engine<'a> {
             if chosen.is_empty() {
                 continue;
             }
-            let cmd = match m {
+            let command = match m {
                 Method::Emptiness => self.emptiness(chosen),
                 Method::Drift => self.drift(chosen),
                 Method::MultiNode => self.multi_node(chosen, &totals),
                 Method::SingleNode => self.single_node(chosen, &totals),
                 _ => None,
             };
-            if let Some(cmd) = cmd {
-                self.apply(cmd);
+            if let Some(command) = command {
+                self.apply(command);
                 return true;
             }
         }
@@ -350,6 +358,10 @@ impl<'a> Engine<'a> {
     }
 
     pub fn run(&mut self) {
+        if let Some(selector) = &self.opts.reclaim {
+            self.reclaim(selector);
+            return;
+        }
         self.expire();
         loop {
             self.round += 1;

@@ -1,6 +1,6 @@
 //! The replacement simulation (`SimulateScheduling`) and the launch of its NodeClaims.
 
-use super::Cand;
+use super::Candidate;
 use super::Dest;
 use super::Engine;
 use super::Sim;
@@ -21,8 +21,12 @@ use std::collections::BTreeSet;
 impl Engine<'_> {
     /// `SimulateScheduling`: the candidates' nodes gone, their pods (and the pending ones)
     /// scheduled over the rest plus new NodeClaims. `Err` names the pods that found no place.
-    pub(super) fn simulate(&mut self, cands: &[&Cand], consolidation: bool) -> Result<Sim, String> {
-        let gone: BTreeSet<&str> = cands.iter().map(|c| c.name.as_str()).collect();
+    pub(super) fn simulate(
+        &mut self,
+        candidates: &[&Candidate],
+        consolidation: bool,
+    ) -> Result<Sim, String> {
+        let gone: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
         let mut nodes = Vec::with_capacity(self.nodes.len());
         for (name, n) in &self.nodes {
             if gone.contains(name.as_str()) {
@@ -58,7 +62,7 @@ impl Engine<'_> {
             }
         }
         let first_moved = pods.len();
-        for c in cands {
+        for c in candidates {
             pods.extend(c.moving.iter().cloned());
         }
         self.input.nodes = nodes;

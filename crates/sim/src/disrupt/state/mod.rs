@@ -44,11 +44,7 @@ impl Reason {
 }
 
 /// `nodes` of a budget: a count or a percentage of the pool's nodes (rounded up).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BudgetNodes {
-    Count(i64),
-    Percent(i64),
-}
+pub use kk_karpenter::budget::BudgetNodes;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
@@ -67,10 +63,7 @@ impl Budget {
         {
             return i64::from(i32::MAX);
         }
-        match self.nodes {
-            BudgetNodes::Count(n) => n,
-            BudgetNodes::Percent(p) => (p * nodes + 99) / 100,
-        }
+        self.nodes.allowed(nodes)
     }
 }
 
@@ -124,6 +117,12 @@ pub struct NodeInfo {
     pub do_not_disrupt: bool,
     pub deleting: bool,
     pub ready: bool,
+    /// NodeClaim `status.imageID` (what AMI drift compares).
+    pub image_id: Option<String>,
+    /// NodeClaim labels (what requirement drift compares; the node's when no NodeClaim).
+    pub claim_labels: BTreeMap<String, String>,
+    /// NodeClaim `spec.nodeClassRef.name`.
+    pub node_class: Option<String>,
 }
 
 /// What disruption reads of a pod.
@@ -227,6 +226,9 @@ pub struct ClusterState {
     pub nodes: BTreeMap<String, NodeInfo>,
     pub pods: BTreeMap<(String, String), PodInfo>,
     pub pdbs: Vec<Pdb>,
+    /// NodePools and EC2NodeClasses as read (what a drift prediction compares), by name.
+    pub node_pools: BTreeMap<String, serde_json::Value>,
+    pub node_classes: BTreeMap<String, serde_json::Value>,
     /// The newest timestamp in the inputs (the default "now").
     pub latest: Option<i64>,
     pub warnings: Vec<String>,

@@ -197,7 +197,7 @@ fn read_pool(r: &mut Reader, v: &Value) -> Option<PoolSettings> {
     match ptr(v, "spec.disruption.budgets").and_then(Value::as_array) {
         None => budgets.push(Budget {
             reasons: None,
-            nodes: BudgetNodes::Percent(10),
+            nodes: kk_karpenter::budget::DEFAULT_BUDGET,
             schedule: None,
         }),
         Some(list) => {
@@ -208,19 +208,7 @@ fn read_pool(r: &mut Reader, v: &Value) -> Option<PoolSettings> {
                     Some(Value::Number(n)) => n.to_string(),
                     _ => "10%".to_owned(),
                 };
-                let nodes = if let Some(p) = nodes_text.strip_suffix('%') {
-                    p.parse::<i64>()
-                        .ok()
-                        .filter(|p| (0..=100).contains(p))
-                        .map(BudgetNodes::Percent)
-                } else {
-                    nodes_text
-                        .parse::<i64>()
-                        .ok()
-                        .filter(|n| *n >= 0)
-                        .map(BudgetNodes::Count)
-                };
-                let Some(nodes) = nodes else {
+                let Some(nodes) = BudgetNodes::parse(&nodes_text) else {
                     r.err(
                         &format!("{f}.nodes"),
                         format!(
@@ -408,6 +396,9 @@ struct Claim {
     drifted_at: Option<i64>,
     termination_grace: bool,
     deleting: bool,
+    image_id: Option<String>,
+    labels: BTreeMap<String, String>,
+    node_class: Option<String>,
 }
 
 fn read_claim(r: &mut Reader, v: &Value) -> Option<Claim> {
@@ -445,6 +436,15 @@ fn read_claim(r: &mut Reader, v: &Value) -> Option<Claim> {
         deleting: v
             .pointer("/metadata/deletionTimestamp")
             .is_some_and(|x| !x.is_null()),
+        image_id: v
+            .pointer("/status/imageID")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        labels: string_map(v.pointer("/metadata/labels")),
+        node_class: v
+            .pointer("/spec/nodeClassRef/name")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         name,
     })
 }
@@ -467,6 +467,8 @@ pub fn load(
     let mut pods = BTreeMap::new();
     let mut pdbs = Vec::new();
     let mut claims = Vec::new();
+    let mut node_pools = BTreeMap::new();
+    let mut node_classes = BTreeMap::new();
     for file in files {
         let docs = match load_documents(&file.text, LoadLimits::default()) {
             Ok(d) => d,
@@ -503,7 +505,13 @@ pub fn load(
                 match v.get("kind").and_then(Value::as_str).unwrap_or("") {
                     "NodePool" => {
                         if let Some(p) = read_pool(&mut r, v) {
+                            node_pools.insert(p.name.clone(), v.clone());
                             pools.insert(p.name.clone(), p);
+                        }
+                    }
+                    "EC2NodeClass" => {
+                        if let Some(name) = object_name(v) {
+                            node_classes.insert(name, v.clone());
                         }
                     }
                     "Node" => {
@@ -630,6 +638,9 @@ pub fn load(
                     do_not_disrupt: dnd,
                     deleting: deleting || c.deleting,
                     ready,
+                    image_id: c.image_id.clone(),
+                    claim_labels: c.labels.clone(),
+                    node_class: c.node_class.clone(),
                 }
             }
             None => NodeInfo {
@@ -645,6 +656,9 @@ pub fn load(
                 do_not_disrupt: dnd,
                 deleting,
                 ready,
+                image_id: None,
+                claim_labels: lbls.cloned().cloned().unwrap_or_default(),
+                node_class: None,
             },
         };
         nodes.insert(name, info);
@@ -684,6 +698,8 @@ pub fn load(
         nodes,
         pods,
         pdbs: out_pdbs,
+        node_pools,
+        node_classes,
         latest,
         warnings,
     })

@@ -1,0 +1,37 @@
+//! Integration tests of the binary as a user runs it, and of the workspace as a whole: one
+//! test binary, one module per concern. The lab tests are the separate `lab` binary
+//! (tests/lab/main.rs). Every test binary links the crate and all its dependencies again, so
+//! the tests live in one binary rather than one per file; add a module here, not a file in
+//! `tests/`.
+
+mod ami_pin;
+mod ami_testbed;
+mod apply_aws_testbed;
+mod apply_more_testbed;
+mod apply_testbed;
+mod architecture;
+mod catalog;
+mod cli;
+mod completion;
+mod disrupt_testbed;
+mod doctor_drift_testbed;
+mod kueue_testbed;
+mod lint;
+mod mirror_registry;
+mod monitoring_testbed;
+mod plan;
+mod plan_html;
+mod token_testbed;
+mod upgrade_plan;
+mod version;
+mod versions;
+
+/// The apply, doctor and prune tests write cluster-scoped objects with the example's names
+/// (EC2NodeClasses, the CCM's ConfigMap) and tag the "Kubean-built" instance found by its
+/// private IP, which another test's VPC may repeat. As separate binaries they ran one after
+/// another; in this one binary they take turns.
+pub(crate) fn testbed_apply_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,334 @@
+//! `kubean-karpenter plan` end to end on the fixtures in fixtures/sim/.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/sim")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn plan(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("run kubean-karpenter");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn gpu_limit_story_as_table_and_json() {
+    let pools = fixture("pools.yaml");
+    let work = fixture("gpu-50.yaml");
+    let (code, out, err) = plan(&["-f", &pools, "-w", &work]);
+    assert_eq!(code, 1, "Pending pods exit 1: {err}");
+    assert!(
+        out.contains("total: 6 new nodes, 6 pods placed, 44 Pending"),
+        "{out}"
+    );
+    assert!(
+        out.contains("nodepool gpu limit nvidia.com/gpu=6 exceeded"),
+        "{out}"
+    );
+
+    let (code, out, _) = plan(&[
+        "-f",
+        &pools,
+        "-w",
+        &work,
+        "-o",
+        "json",
+        "--scale",
+        "deploy/vllm=2",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["totals"]["nodes"], 2);
+    assert_eq!(v["nodeClaims"][0]["nodePool"], "gpu");
+    assert_eq!(v["nodeClaims"][0]["capacityType"], "spot");
+    assert!(
+        v["nodeClaims"][0]["instanceTypeOptions"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+    );
+    assert_eq!(v["pending"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn explain_and_input_errors() {
+    let pools = fixture("pools.yaml");
+    let work = fixture("gpu-50.yaml");
+    let nodes = fixture("node-sliced.yaml");
+    let (code, out, _) = plan(&[
+        "-f",
+        &pools,
+        "-w",
+        &work,
+        "--nodes",
+        &nodes,
+        "--explain",
+        "inference/vllm-0",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("result:   existing node ip-10-0-1-23.ec2.internal"),
+        "{out}"
+    );
+
+    let (code, _, err) = plan(&["-f", &pools, "-w", "/nonexistent/app.yaml"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/app.yaml"), "{err}");
+    let (code, _, err) = plan(&["-f", &pools, "-w", &work, "--scale", "deploy/nope=1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no deploy named nope"), "{err}");
+}
+
+fn disrupt_fixture() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/disrupt/cluster.yaml")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn disrupt_table_json_yaml_and_explain() {
+    let state = disrupt_fixture();
+    let (code, out, err) = plan(&["--disrupt", "-f", &state, "--at", "2h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Disruption at 2026-12-01T02:00:00Z"), "{out}");
+    assert!(out.contains("Emptiness"), "{out}");
+    assert!(
+        out.contains("Nodes: 8 -> 3 (5 removed, 0 replacements)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cpu-3 (default): pod default/batch-0 has \"karpenter.sh/do-not-disrupt\""),
+        "{out}"
+    );
+
+    let (code, out, _) = plan(&["--disrupt", "-f", &state, "-o", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["commands"][0]["method"], "SingleNodeConsolidation");
+    assert_eq!(v["totals"]["nodesRemoved"], 2);
+
+    let (code, out, _) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "-o",
+        "yaml",
+        "--now",
+        "2026-12-01T01:30:00Z",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("method: Emptiness"), "{out}");
+
+    let (code, out, _) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "--at",
+        "2h",
+        "--explain",
+        "gpu-c",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("round 3: Emptiness: deleted"), "{out}");
+    assert!(
+        out.contains("round 1: Emptiness: disruption budget of nodepool gpu exhausted"),
+        "{out}"
+    );
+}
+
+#[test]
+fn disrupt_usage_errors_exit_2() {
+    let state = disrupt_fixture();
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--at", "two hours"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--at"), "{err}");
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--explain", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("node nope is not among the inputs"), "{err}");
+    // --at belongs to --disrupt.
+    let (code, _, _) = plan(&["-f", &state, "-w", &state, "--at", "2h"]);
+    assert_eq!(code, 2);
+    // So does --reclaim, and a bad selector is one error naming the term.
+    let (code, _, _) = plan(&["-f", &state, "-w", &state, "--reclaim", "spot"]);
+    assert_eq!(code, 2);
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--reclaim", "zone"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--reclaim: \"zone\": say which"), "{err}");
+}
+
+/// `--reclaim`: the fixture's whole zone taken back, a second zone offered.
+#[test]
+fn disrupt_reclaim_says_where_the_pods_go_as_table_and_json() {
+    let state = disrupt_fixture();
+    let args = |o: &'static str| {
+        plan(&[
+            "--disrupt",
+            "-f",
+            &state,
+            "--zones",
+            "us-east-1a,us-east-1b",
+            "--reclaim",
+            "zone:us-east-1a",
+            "-o",
+            o,
+        ])
+    };
+    let (code, out, err) = args("table");
+    assert_eq!(code, 0, "{err}");
+    for says in [
+        "Reclaim of zone:us-east-1a",
+        "Interruption",
+        "Where the pods go:",
+        "default/web-cpu-1 -> ",
+        "us-east-1b",
+        "reclaimed,",
+    ] {
+        assert!(out.contains(says), "should say {says:?}: {out}");
+    }
+    let (code, out, err) = args("json");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["reclaim"]["selector"], "zone:us-east-1a");
+    assert_eq!(v["commands"][0]["reason"], "Reclaimed");
+    assert_eq!(v["kept"], serde_json::json!([]));
+    // Nowhere to go: the pods stay Pending and the exit code says so.
+    let (code, out, _) = plan(&["--disrupt", "-f", &state, "--reclaim", "zone:us-east-1a"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("Pending after the reclaim:"), "{out}");
+}
+
+/// docs/plan.md "Example: the seed's GPU pool on an idle fleet", pass by pass.
+#[test]
+fn disrupt_idle_gpu_fleet_example_in_docs() {
+    let state = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/disrupt/gpu-idle.yaml")
+        .display()
+        .to_string();
+    let at = |d: &str| {
+        let (code, out, err) = plan(&[
+            "--disrupt",
+            "-f",
+            &state,
+            "--now",
+            "2026-12-01T00:00:00Z",
+            "--at",
+            d,
+            "-o",
+            "json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let removed = |v: &serde_json::Value| v["totals"]["nodesRemoved"].as_u64().unwrap();
+    assert_eq!(removed(&at("0s")), 0);
+    assert_eq!(removed(&at("1h")), 1);
+    let v = at("1h45m");
+    assert_eq!(removed(&v), 3);
+    // One node per pass under the budget of one node.
+    let rounds: Vec<u64> = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["round"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rounds, vec![1, 2, 3]);
+    assert!(
+        v["kept"][0]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("consolidatable at 2026-12-01T02:00:00Z")
+    );
+    let v = at("24h");
+    assert_eq!(removed(&v), 4);
+    assert_eq!(v["totals"]["pricePerHourAfter"], 0.0);
+    assert_eq!(v["totals"]["pricePerHourBefore"], 4.024);
+}
+
+fn drift_fixture(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/disrupt/drift")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn disrupt_with_a_new_node_class_predicts_ami_drift_as_json_and_table() {
+    let state = drift_fixture("cluster.yaml");
+    let class = drift_fixture("nodeclass-ami.yaml");
+    let (code, out, err) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "--nodeclass",
+        &class,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let drift = &v["drift"];
+    let nodes = drift["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 5);
+    assert!(nodes.iter().all(|n| n["reason"] == "AMIDrift"), "{drift}");
+    assert_eq!(drift["pools"][0]["atOnce"], 1);
+    assert_eq!(drift["order"][0]["empty"], true);
+    assert_eq!(drift["order"][0]["nodes"][0], "web-5");
+    let drifts: Vec<&serde_json::Value> = v["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["method"] == "Drift")
+        .collect();
+    assert_eq!(drifts.len(), 5);
+    assert_eq!(drifts[0]["nodes"][0]["name"], "web-5");
+
+    let (code, out, _) = plan(&["--disrupt", "-f", &state, "--nodeclass", &class]);
+    assert_eq!(code, 0);
+    assert!(out.contains("1 at a time (Drifted budget)"), "{out}");
+    assert!(out.contains("any order among them"), "{out}");
+}
+
+#[test]
+fn disrupt_with_a_change_that_drifts_nothing() {
+    let state = drift_fixture("cluster.yaml");
+    let (code, out, err) = plan(&[
+        "--disrupt",
+        "-f",
+        &state,
+        "--nodeclass",
+        &drift_fixture("nodeclass-same.yaml"),
+        "--nodepool",
+        &drift_fixture("nodepool-budget.yaml"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Drift: no node drifts."), "{out}");
+    assert!(out.contains("No disruption"), "{out}");
+}
+
+#[test]
+fn disrupt_change_files_must_hold_their_kind() {
+    let state = drift_fixture("cluster.yaml");
+    let pool = drift_fixture("nodepool-taint.yaml");
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--nodeclass", &pool]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no EC2NodeClass in it"), "{err}");
+    let (code, _, err) = plan(&["-f", &state, "--nodepool", &pool]);
+    assert_eq!(code, 2, "--nodepool needs --disrupt: {err}");
+    let (code, _, err) = plan(&["--disrupt", "-f", &state, "--spec", &pool]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not an ElasticCluster spec"), "{err}");
+}

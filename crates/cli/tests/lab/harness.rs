@@ -1,0 +1,705 @@
+//! Harness for the end-to-end tests on the lab (`testbed/lab up`): the whole system on one
+//! machine — real apiserver, controller-manager, scheduler, Karpenter controller, AWS CCM,
+//! kubeadm and kubelets on moto (testbed/README.md, "The lab").
+//!
+//! One lab serves every test of the binary, one test at a time (`Lab::require` holds a
+//! lock); each test starts from a lab without NodePools, NodeClaims or workloads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+/// Why the lab cannot serve tests any more (a daemon of it died): every later test fails at once
+/// with this reason instead of waiting out its own timeouts.
+static BROKEN: Mutex<Option<String>> = Mutex::new(None);
+static LIVE_PANICS: std::sync::Once = std::sync::Once::new();
+/// Lab tests that failed in a row, and the first one's message: after
+/// [`FAILURES_BEFORE_GIVING_UP`] the lab is taken for broken, so the binary ends (and prints
+/// every failure) within CI's time instead of each test waiting out its own timeouts.
+static FAILED_IN_A_ROW: Mutex<(usize, Option<String>)> = Mutex::new((0, None));
+const FAILURES_BEFORE_GIVING_UP: usize = 4;
+
+/// A line on the test binary's real stderr, past libtest's capture: CI shows only the tail
+/// of a run it stopped, and captured output is printed only when the binary finishes.
+pub fn live(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The control-plane security group lab-kit/lab-spec.yaml names (no such group in moto).
+const PLACEHOLDER_CONTROL_PLANE_SG: &str = "sg-0123456789abcdef0";
+/// The lab spec's placeholder VPC: the lab's instances run in moto's default VPC.
+const PLACEHOLDER_VPC: &str = "vpc-0a1b2c3d4e5f60718";
+
+/// The lab spec's join stores: the SSM parameter (mode ssm) and the Secrets Manager secret
+/// (mode secrets-manager, the default name).
+const STORES_WITH_A_TOKEN: &str = "sm = boto3.client('secretsmanager')
+n = len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters'])
+n += len(sm.list_secrets(Filters=[{'Key': 'name', 'Values': ['kubean-karpenter/lab/join']}])['SecretList'])
+print(n)";
+const DELETE_STORES: &str = "sm = boto3.client('secretsmanager')
+try:
+    ssm.delete_parameter(Name='/kubean-karpenter/lab/join')
+except ssm.exceptions.ParameterNotFound:
+    pass
+try:
+    sm.delete_secret(SecretId='kubean-karpenter/lab/join', ForceDeleteWithoutRecovery=True)
+except sm.exceptions.ResourceNotFoundException:
+    pass";
+
+const TERMINATE_LEAKED: &str = "ids = [i['InstanceId']
+       for page in ec2.get_paginator('describe_instances').paginate(
+           Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']},
+                    {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])
+       for r in page['Reservations'] for i in r['Instances']]
+if ids:
+    ec2.terminate_instances(InstanceIds=ids)";
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+pub struct Lab {
+    _turn: MutexGuard<'static, ()>,
+    pub env: Vec<(String, String)>,
+    pub client: Client,
+    pub rt: tokio::runtime::Runtime,
+    pub dir: tempfile::TempDir,
+    started: Instant,
+    phases: Vec<(String, Duration)>,
+}
+
+fn parse_env(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("export "))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.trim_matches(['"', '\'']).to_owned()))
+        .collect()
+}
+
+impl Lab {
+    /// The running lab, reset for this test; `None` (skipped, said loudly) without one,
+    /// a failure under CI=true.
+    pub fn require(test: &str) -> Option<Lab> {
+        LIVE_PANICS.call_once(|| {
+            let default = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                let thread = std::thread::current();
+                let line = format!("LAB TEST FAILED {}: {info}", thread.name().unwrap_or("?"));
+                live(&line);
+                let mut failed = FAILED_IN_A_ROW.lock().unwrap_or_else(|e| e.into_inner());
+                failed.0 += 1;
+                failed.1.get_or_insert(line);
+                if failed.0 >= FAILURES_BEFORE_GIVING_UP {
+                    let mut broken = BROKEN.lock().unwrap_or_else(|e| e.into_inner());
+                    broken.get_or_insert_with(|| {
+                        format!(
+                            "{} lab tests failed in a row; the first: {}",
+                            failed.0,
+                            failed.1.as_deref().unwrap_or("")
+                        )
+                    });
+                }
+                default(info);
+            }));
+        });
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(reason) = BROKEN.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            panic!("{test}: the lab broke during an earlier test: {reason}");
+        }
+        let path = std::env::var_os("KK_LAB_ENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo().join(".lab/env"));
+        let Some(env) = std::fs::read_to_string(&path).ok().map(|t| parse_env(&t)) else {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: the lab is not running and CI=true (start it with testbed/lab up)");
+            }
+            eprintln!(
+                "SKIP {test}: no lab; start it with `sudo testbed/lab up` (CI=true makes this a failure)"
+            );
+            return None;
+        };
+        kk_live::install_crypto_provider();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let kubeconfig = env
+            .iter()
+            .find(|(k, _)| k == "KUBECONFIG")
+            .unwrap()
+            .1
+            .clone();
+        let client = rt.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .unwrap();
+            Client::try_from(cfg).unwrap()
+        });
+        if let Some(reason) = dead_daemon(&path) {
+            *BROKEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+            panic!("{test}: {reason}");
+        }
+        let mut lab = Lab {
+            _turn: turn,
+            env,
+            client,
+            rt,
+            dir: tempfile::tempdir().unwrap(),
+            started: Instant::now(),
+            phases: Vec::new(),
+        };
+        live(&format!("== {test} on the lab"));
+        lab.reset();
+        lab.started = Instant::now();
+        Some(lab)
+    }
+
+    pub fn var(&self, key: &str) -> String {
+        self.env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        c
+    }
+
+    /// Runs the product's CLI, whatever its exit code.
+    pub fn cli_output(&self, args: &[&str]) -> Output {
+        self.command(env!("CARGO_BIN_EXE_kubean-karpenter"))
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs the product's CLI; panics with its output unless it exits 0.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let out = self.cli_output(args);
+        assert!(
+            out.status.success(),
+            "kubean-karpenter {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    /// `testbed/lab ARGS`.
+    pub fn lab(&self, args: &[&str]) {
+        let out = self
+            .command(repo().join("testbed/lab"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "testbed/lab {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Python with boto3 against the lab's moto (the tests' window on "AWS").
+    pub fn aws(&self, script: &str) -> String {
+        let out = self.command("python3").arg("-c").arg(format!("import boto3, json, sys\nec2 = boto3.client('ec2')\nssm = boto3.client('ssm')\n{script}")).output().unwrap();
+        assert!(
+            out.status.success(),
+            "boto3: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// The lab spec (testbed/lab-kit/lab-spec.yaml with this lab's port), edited by `edit`,
+    /// rendered with the CLI; returns (spec path, bundle path).
+    pub fn render(&self, edit: impl FnOnce(String) -> String) -> (PathBuf, PathBuf) {
+        self.lab(&["spec"]);
+        let lab_spec = repo().join(".lab/spec.yaml");
+        let text = edit(std::fs::read_to_string(&lab_spec).unwrap());
+        // apply's AWS side reads the control-plane group; the lab spec's placeholder names none.
+        let text = if text.contains(PLACEHOLDER_CONTROL_PLANE_SG) {
+            text.replace(PLACEHOLDER_CONTROL_PLANE_SG, &self.control_plane_sg())
+        } else {
+            text
+        };
+        // The lab spec says its VPC is isolated (no pricing API here): doctor then checks the
+        // VPC's endpoints, so the lab's VPC has the ones the spec needs, as a real one would.
+        let text = if text.contains(PLACEHOLDER_VPC) {
+            text.replace(PLACEHOLDER_VPC, &self.isolated_vpc(&text))
+        } else {
+            text
+        };
+        let spec = repo()
+            .join(".lab")
+            .join(format!("spec-{}.yaml", std::process::id()));
+        std::fs::write(&spec, text).unwrap();
+        let bundle = self.dir.path().join("bundle");
+        self.cli(&[
+            "render",
+            spec.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+            "--force",
+        ]);
+        (spec, bundle)
+    }
+
+    /// The lab's control-plane security group (made on first use; `apply` opens the API port
+    /// in it to the node group): what the lab spec's placeholder group stands for.
+    pub fn control_plane_sg(&self) -> String {
+        self.aws(
+            "vpc = ec2.describe_vpcs(Filters=[{'Name': 'isDefault', 'Values': ['true']}])['Vpcs'][0]['VpcId']
+found = ec2.describe_security_groups(Filters=[{'Name': 'group-name', 'Values': ['lab-control-plane']}])['SecurityGroups']
+print(found[0]['GroupId'] if found else ec2.create_security_group(GroupName='lab-control-plane', Description='lab control plane', VpcId=vpc)['GroupId'])",
+        )
+    }
+
+    /// moto's default VPC (where the lab's instances run), with every endpoint the spec
+    /// `text` needs in an isolated VPC (`kk_spec::vpc_endpoints`), made on first use.
+    pub fn isolated_vpc(&self, text: &str) -> String {
+        let vpc = self.aws(
+            "print(ec2.describe_vpcs(Filters=[{'Name': 'isDefault', 'Values': ['true']}])['Vpcs'][0]['VpcId'])",
+        );
+        let Ok(cluster) = kk_spec::parse_spec(text, "lab-spec.yaml") else {
+            return vpc;
+        };
+        let wanted: Vec<String> = kk_spec::vpc_endpoints::required(&cluster.spec)
+            .iter()
+            .map(|e| format!("('{}', '{}')", e.service_name, e.kind.as_str()))
+            .collect();
+        self.aws(&format!(
+            "have = {{e['ServiceName'] for e in ec2.describe_vpc_endpoints(Filters=[{{'Name': 'vpc-id', 'Values': ['{vpc}']}}])['VpcEndpoints'] if e['State'].lower() == 'available'}}
+for name, kind in [{}]:
+    if name not in have:
+        ec2.create_vpc_endpoint(VpcId='{vpc}', ServiceName=name, VpcEndpointType=kind)",
+            wanted.join(", ")
+        ));
+        vpc
+    }
+
+    /// `require`, `render` with `edit`, then `deploy`: the lab running this test's bundle.
+    pub fn deployed(
+        test: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Option<(Lab, PathBuf, PathBuf)> {
+        let lab = Lab::require(test)?;
+        let (spec, bundle) = lab.render(edit);
+        lab.deploy(&spec, &bundle);
+        Some((lab, spec, bundle))
+    }
+
+    /// Starts Karpenter and the CCM from the bundle, applies the bundle with the CLI (the lab is
+    /// both the management and the new cluster), then runs the rendered rotator + CSR approver
+    /// from this build's binary and waits until it has published a join token.
+    pub fn deploy(&self, spec: &Path, bundle: &Path) {
+        self.deploy_with(spec, bundle, env!("CARGO_BIN_EXE_kubean-karpenter"));
+    }
+
+    /// `deploy`, running the controller from `controller`: a kubean-karpenter binary, or an
+    /// OCI image layout holding the image the Deployment names (`testbed/lab controller`).
+    pub fn deploy_with(&self, spec: &Path, bundle: &Path, controller: &str) {
+        // Kubean's own namespace exists wherever Kubean is installed.
+        self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
+        let kubeconfig = self.var("KUBECONFIG");
+        // The AWS side in moto (on top of what the lab seeded: the interruption queue and its
+        // rules among it) before Karpenter starts, so it finds its queue at once; Karpenter
+        // runs as a process, not a Helm release.
+        self.cli(&[
+            "apply",
+            spec.to_str().unwrap(),
+            "--mgmt-kubeconfig",
+            &kubeconfig,
+            "--skip-helm",
+        ]);
+        self.lab(&["karpenter", bundle.to_str().unwrap()]);
+        self.lab(&["ccm", bundle.to_str().unwrap()]);
+        // Static join mode renders no rotator: the token is in the userData.
+        if !bundle.join("rotator/join-token-rotator.yaml").exists() {
+            return;
+        }
+        self.lab(&["controller", bundle.to_str().unwrap(), controller]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.aws(STORES_WITH_A_TOKEN) == "0" {
+            assert!(
+                Instant::now() < deadline,
+                "the rotator published no join token in 60s"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    fn apply_json(&self, obj: &Value) {
+        let gvk = GroupVersionKind::gvk("", "v1", obj["kind"].as_str().unwrap());
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        self.rt
+            .block_on(api.patch(
+                name,
+                &PatchParams::apply("kk-lab-test").force(),
+                &Patch::Apply(obj),
+            ))
+            .unwrap();
+    }
+
+    pub fn dynamic(&self, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk))
+    }
+
+    pub fn nodeclaims(&self) -> Vec<DynamicObject> {
+        self.rt
+            .block_on(
+                self.dynamic("karpenter.sh", "v1", "NodeClaim")
+                    .list(&ListParams::default()),
+            )
+            .unwrap()
+            .items
+    }
+
+    pub fn nodes(&self) -> Vec<Node> {
+        self.rt
+            .block_on(Api::<Node>::all(self.client.clone()).list(&ListParams::default()))
+            .unwrap()
+            .items
+    }
+
+    pub fn pods(&self, namespace: &str) -> Vec<Pod> {
+        self.rt
+            .block_on(
+                Api::<Pod>::namespaced(self.client.clone(), namespace).list(&ListParams::default()),
+            )
+            .unwrap()
+            .items
+    }
+
+    pub fn scale(&self, deployment: &str, replicas: i32) {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
+        let patch = json!({"spec": {"replicas": replicas}});
+        self.rt
+            .block_on(api.patch(deployment, &PatchParams::default(), &Patch::Merge(&patch)))
+            .unwrap();
+    }
+
+    /// Polls `check` every second until it returns Some, or panics after `timeout` naming the
+    /// phase and what the lab looked like.
+    pub fn wait<T>(
+        &mut self,
+        phase: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Lab) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = check(self) {
+                self.phases.push((phase.to_owned(), self.started.elapsed()));
+                live(&format!(
+                    "  {:>6.1}s  {phase}",
+                    self.started.elapsed().as_secs_f64()
+                ));
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "phase '{phase}' did not happen within {timeout:?}\n{}",
+                    self.diagnose()
+                );
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Asserts `check` stays None for `window` (a symptom that must persist).
+    pub fn never<T: std::fmt::Debug>(
+        &self,
+        what: &str,
+        window: Duration,
+        mut check: impl FnMut(&Lab) -> Option<T>,
+    ) {
+        let deadline = Instant::now() + window;
+        while Instant::now() < deadline {
+            if let Some(v) = check(self) {
+                panic!("{what} happened: {v:?}\n{}", self.diagnose());
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Marks this test passed (the caller got here without a panic): the failures in a row
+    /// start again from zero.
+    fn passed() {
+        *FAILED_IN_A_ROW.lock().unwrap_or_else(|e| e.into_inner()) = (0, None);
+    }
+
+    /// The phase timings so far, as a table on stderr.
+    pub fn print_phases(&self) {
+        eprintln!("  phase timings (s since the test's first action):");
+        let mut prev = Duration::ZERO;
+        for (phase, at) in &self.phases {
+            eprintln!(
+                "    {:<58} {:>6.1}  (+{:.1})",
+                phase,
+                at.as_secs_f64(),
+                (*at - prev).as_secs_f64()
+            );
+            prev = *at;
+        }
+    }
+
+    /// The console log of the instance behind a provider ID (`aws:///<az>/<id>`).
+    pub fn console(&self, provider_id: &str) -> String {
+        let id = provider_id.rsplit('/').next().unwrap_or_default();
+        std::fs::read_to_string(
+            Path::new(&self.var("KK_LAB_NODES"))
+                .join(id)
+                .join("console.log"),
+        )
+        .unwrap_or_default()
+    }
+
+    pub fn diagnose(&self) -> String {
+        let mut out = String::new();
+        for nc in self.nodeclaims() {
+            let conds: Vec<String> = nc.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    format!(
+                        "{}={} {}",
+                        c["type"].as_str().unwrap_or(""),
+                        c["status"].as_str().unwrap_or(""),
+                        c["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            let pid = nc.data["status"]["providerID"].as_str().unwrap_or("");
+            out.push_str(&format!(
+                "NodeClaim {} {pid}: {conds:?}\n",
+                nc.metadata.name.clone().unwrap_or_default()
+            ));
+            let console = self.console(pid);
+            let tail: Vec<&str> = console.lines().rev().take(8).collect();
+            out.push_str(&format!(
+                "  console (last lines, newest first): {tail:#?}\n"
+            ));
+        }
+        for n in self.nodes() {
+            let taints: Vec<String> = n
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| t.key)
+                .collect();
+            out.push_str(&format!(
+                "Node {} taints {taints:?}\n",
+                n.metadata.name.unwrap_or_default()
+            ));
+        }
+        out
+    }
+
+    /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
+    pub fn fault(&self, name: &str) {
+        std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), "").unwrap();
+    }
+
+    /// How many nodes the lab-size figures grow to: KK_LAB_NODES_WANTED, default 20.
+    pub fn nodes_wanted() -> i32 {
+        std::env::var("KK_LAB_NODES_WANTED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20)
+    }
+
+    /// Back to a lab with no NodePools, NodeClaims, instances or workloads.
+    pub fn reset(&mut self) {
+        let faults = self.var("KK_LAB_FAULTS");
+        if !faults.is_empty() {
+            for e in std::fs::read_dir(&faults).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let rt = &self.rt;
+        let pools = self.dynamic("karpenter.sh", "v1", "NodePool");
+        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        // A test may have edited it by hand; the next apply must not meet a field conflict.
+        let plugin: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), "kube-system");
+        rt.block_on(async {
+            let _ = plugin
+                .delete("nvidia-device-plugin", &DeleteParams::default())
+                .await;
+            let _ = deployments
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+            let _ = pods
+                .delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default(),
+                )
+                .await;
+            let _ = pools
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+        });
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !self.nodeclaims().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "reset: NodeClaims still there after 180s\n{}",
+                self.diagnose()
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        // With no NodeClaim left, a Karpenter instance still running is a leak that Karpenter's
+        // garbage collection would take minutes to find: terminate it as that would.
+        self.aws(TERMINATE_LEAKED);
+        // The node runner halts a terminated instance on its next poll; until then its kubelet
+        // runs and would register its Node again after the delete below, so the next test
+        // would find capacity it did not create. Each booted instance is a `kkn-` namespace.
+        while booted_instances() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "reset: the node runner still runs {} instance(s) after 180s\n{}",
+                booted_instances(),
+                self.diagnose()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
+        // before the CCM notices; remove them so the next test starts clean.
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let _ =
+            rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
+        // The next deploy waits for its own rotator to publish the join configuration.
+        self.aws(DELETE_STORES);
+        self.phases.clear();
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            Lab::passed();
+        }
+    }
+}
+
+/// The first of the lab's base daemons (its `pids` file, next to `env`) that is no longer
+/// running, with the end of its log: a lab whose apiserver, moto or node runner died fails
+/// every test.
+fn dead_daemon(env: &Path) -> Option<String> {
+    let state = env.parent()?;
+    let pids = std::fs::read_to_string(state.join("pids")).ok()?;
+    pids.lines().find_map(|line| {
+        let (name, pid) = line.split_once(' ')?;
+        // The daemons `testbed/lab up` starts; each test's deploy restarts the rest.
+        const BASE: [&str; 7] = [
+            "moto",
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "sts",
+            "node-runner",
+        ];
+        if !BASE.contains(&name) || Path::new("/proc").join(pid.trim()).exists() {
+            return None;
+        }
+        let log = std::fs::read_to_string(state.join("logs").join(format!("{name}.log")))
+            .unwrap_or_default();
+        let tail: Vec<&str> = log
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        Some(format!(
+            "lab daemon {name} (pid {}) is not running; the end of its log:\n{}",
+            pid.trim(),
+            tail.join("\n")
+        ))
+    })
+}
+
+/// How many instances the lab's node runner has booted and not yet halted (its network
+/// namespaces, `kkn-<hash>`).
+fn booted_instances() -> usize {
+    let out = Command::new("ip").args(["netns", "list"]).output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("kkn-"))
+            .count()
+    })
+    .unwrap_or(0)
+}
+
+/// Rewrites one key of the join configuration in the SSM store (what a stale or broken
+/// store holds); panics if the store is missing.
+pub fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
+    lab.aws(&format!(
+        "v = ssm.get_parameter(Name='{store}', WithDecryption=True)['Parameter']['Value']\n\
+         lines = [l for l in v.splitlines() if not l.startswith('{key}=')] + ['{key}={value}']\n\
+         ssm.put_parameter(Name='{store}', Value='\\n'.join(lines), Type='SecureString', Overwrite=True)"
+    ));
+}
+
+/// The first NodeClaim of a pool.
+pub fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
+    lab.nodeclaims().into_iter().find(|nc| pool_of(nc) == pool)
+}
+
+/// A NodeClaim condition's status ("True", "False", "Unknown"), if present.
+pub fn condition(nc: &DynamicObject, kind: &str) -> Option<String> {
+    nc.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str().map(str::to_owned))
+}
+
+/// A NodeClaim condition's reason (`""` when absent).
+pub fn condition_reason(nc: &DynamicObject, kind: &str) -> String {
+    nc.data["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["reason"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+pub fn is_true(nc: &DynamicObject, kind: &str) -> bool {
+    condition(nc, kind).as_deref() == Some("True")
+}
+
+pub fn pool_of(nc: &DynamicObject) -> &str {
+    nc.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("karpenter.sh/nodepool"))
+        .map(String::as_str)
+        .unwrap_or("")
+}

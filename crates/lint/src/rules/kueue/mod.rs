@@ -1,0 +1,3 @@
+//! Kueue job queues and the NodePools they feed.
+
+pub mod quota_above_limits;

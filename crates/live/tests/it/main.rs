@@ -1,0 +1,13 @@
+//! Integration tests of the network edge against the testbed (a real kube-apiserver, moto):
+//! one test binary, one module per concern.
+//! Every test binary links the crate and all its dependencies again, so the tests live
+//! in one binary rather than one per file; add a module here, not a file in `tests/`.
+
+mod common;
+mod csr_approver;
+mod join_tokens;
+mod node_registration;
+mod rotator;
+mod rotator_pod_security;
+mod rotator_rbac;
+mod testbed;

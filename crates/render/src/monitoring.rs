@@ -1,0 +1,227 @@
+//! `monitoring/`: what the cluster's Prometheus Operator scrapes and alerts on, when the spec
+//! says it runs one (`spec.monitoring.prometheusOperator`): a PrometheusRule of alerts for a
+//! Karpenter GPU fleet and a PodMonitor for our controllers (`karpenter/values.yaml` turns on
+//! the Karpenter chart's own ServiceMonitor), and our Grafana dashboard (`dashboard.rs`).
+//!
+//! The alerts read Karpenter v1.14's metrics (karpenter `pkg/metrics`, the operatorpkg status
+//! controller's `operator_nodeclaim_status_condition_*`, the AWS provider's
+//! `karpenter_interruption_*`) and ours (`kubean_karpenter_*`, docs/join-credentials.md). Each
+//! names, in its `runbook` annotation, the `kubean-karpenter doctor` check that explains it.
+//!
+//! Not in the apply order: a cluster without the operator has no such kinds, so ORDER.md has
+//! them applied once it runs (like `kueue/`).
+
+use kk_spec::{ElasticCluster, Monitoring, PoolType};
+use serde_json::{Value, json};
+
+use crate::names::MANAGED_BY;
+use crate::{Bundle, RenderError, csr_approver, rotator};
+
+pub const API_VERSION: &str = "monitoring.coreos.com/v1";
+/// The name of the PrometheusRule and the PodMonitor.
+pub const NAME: &str = "kubean-karpenter";
+/// Seconds of token lifetime below which the token alert fires: the rotator replaces a
+/// token at half its life (an hour left of `rotator::TTL` = 2 h), so 30 minutes left means
+/// rotation has failed for half an hour; Karpenter's 15-minute registration window is still
+/// covered.
+pub const TOKEN_ALERT_SECONDS: u32 = 30 * 60;
+/// Seconds a NodeClaim may stay launched but not registered before its alert fires: ahead of
+/// Karpenter's own 15-minute registration timeout, after which it deletes the NodeClaim.
+pub const REGISTRATION_ALERT_SECONDS: u32 = 10 * 60;
+/// Interruption messages waiting longer than this (90th percentile) mean a backlog: a spot
+/// warning gives two minutes, and half of them gone before Karpenter reads it is too late.
+pub const INTERRUPTION_LATENCY_SECONDS: u32 = 60;
+/// Denied node CSRs in 15 minutes that count as a spike (a kubelet retries a denied CSR only
+/// when it restarts; several denials are someone trying names, or a broken join).
+pub const DENIALS_PER_15_MINUTES: u32 = 3;
+
+/// The `monitoring` section when it asks for `monitoring/`.
+pub fn enabled(cluster: &ElasticCluster) -> Option<&Monitoring> {
+    cluster
+        .spec
+        .monitoring
+        .as_ref()
+        .filter(|m| m.prometheus_operator)
+}
+
+fn metadata(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
+    let mut labels = serde_json::Map::new();
+    for (key, value) in &monitoring.labels {
+        labels.insert(key.clone(), value.clone().into());
+    }
+    labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    json!({ "name": NAME, "namespace": cluster.spec.karpenter.namespace, "labels": labels })
+}
+
+fn runbook(check: &str, then: &str) -> String {
+    format!("kubean-karpenter doctor SPEC: check `{check}` explains it. {then}")
+}
+
+fn alert(
+    name: &str,
+    expr: String,
+    wait: &str,
+    severity: &str,
+    summary: &str,
+    runbook: String,
+) -> Value {
+    json!({
+        "alert": name,
+        "expr": expr,
+        "for": wait,
+        "labels": { "severity": severity },
+        "annotations": { "summary": summary, "runbook": runbook },
+    })
+}
+
+/// The alert rules (the PrometheusRule's `spec.groups`, also what `promtool` reads), in a
+/// fixed order; an alert whose subject the spec lacks (no GPU pool, no queue, no controller)
+/// is left out.
+pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
+    let spec = &cluster.spec;
+    let mut rules = Vec::new();
+    let gpu_pools: Vec<&str> = spec
+        .pools
+        .iter()
+        .filter(|p| p.pool_type == PoolType::Gpu)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !gpu_pools.is_empty() {
+        let minutes = monitoring.gpu_initialized_within_minutes;
+        rules.push(alert(
+            "KubeanKarpenterGpuNodeNotInitialized",
+            format!(
+                "max by (name, karpenter_sh_nodepool) (operator_nodeclaim_status_condition_current_status_seconds{{type=\"Initialized\", status!=\"True\", karpenter_sh_nodepool=~\"{}\"}}) > {}",
+                gpu_pools.join("|"),
+                u64::from(minutes) * 60
+            ),
+            "1m",
+            "warning",
+            &format!(
+                "GPU NodeClaim {{{{ $labels.name }}}} of pool {{{{ $labels.karpenter_sh_nodepool }}}} is not initialized after {minutes} minutes: billed but unusable"
+            ),
+            runbook(
+                "nodeclaims-initialized",
+                "Then `gpu-advertised` and `device-plugin-on-gpu-nodes`: a GPU node initializes once the NVIDIA device plugin advertises nvidia.com/gpu.",
+            ),
+        ));
+    }
+    rules.push(alert(
+        "KubeanKarpenterNodeClaimNotRegistered",
+        format!(
+            "max by (name, karpenter_sh_nodepool) (operator_nodeclaim_status_condition_current_status_seconds{{type=\"Registered\", status!=\"True\"}}) > {REGISTRATION_ALERT_SECONDS}"
+        ),
+        "1m",
+        "warning",
+        "NodeClaim {{ $labels.name }} of pool {{ $labels.karpenter_sh_nodepool }} launched an instance that has not joined; Karpenter deletes it at 15 minutes",
+        runbook(
+            "nodeclaims-registered",
+            "Then `join-token-valid`, `join-ca-hash` and `api-port-from-nodes`; the instance's console output shows the userData's join error.",
+        ),
+    ));
+    if spec.join.mode.runs_controller() {
+        rules.push(alert(
+            "KubeanKarpenterJoinTokenNearExpiry",
+            format!("max(kubean_karpenter_join_token_expiry_seconds) < {TOKEN_ALERT_SECONDS}"),
+            "5m",
+            "critical",
+            "The join token in the store expires in under 30 minutes: the rotator has not replaced it, and new nodes will soon fail to join",
+            runbook(
+                "join-token-valid",
+                &format!(
+                    "Then `join-store`; the rotator's log and `kubean_karpenter_errors_total` say why rotation fails (`{}`).",
+                    rotator::NAME
+                ),
+            ),
+        ));
+    }
+    if kk_spec::interruption::queue_name(cluster).is_some() {
+        rules.push(alert(
+            "KubeanKarpenterInterruptionQueueBacklog",
+            format!(
+                "histogram_quantile(0.9, sum by (le) (rate(karpenter_interruption_message_queue_duration_seconds_bucket[10m]))) > {INTERRUPTION_LATENCY_SECONDS}"
+            ),
+            "5m",
+            "warning",
+            "Interruption messages wait over a minute in the queue before Karpenter reads them: spot warnings (two minutes) arrive too late to drain",
+            runbook(
+                "interruption-backlog",
+                "Then `interruption-queue` and `interruption-rules`; Karpenter's leader must be running with the queue's name in `settings.interruptionQueue`.",
+            ),
+        ));
+    }
+    rules.push(alert(
+        "KubeanKarpenterPoolAtLimitWithPendingPods",
+        "max by (nodepool) (karpenter_nodepools_usage >= on (nodepool, resource_type) karpenter_nodepools_limit) and on () (sum(karpenter_scheduler_unschedulable_pods_count) > 0)".to_owned(),
+        "10m",
+        "warning",
+        "Pool {{ $labels.nodepool }} is at its limits while pods Karpenter could not schedule wait",
+        runbook(
+            "karpenter-errors",
+            "Karpenter's warnings name the pool whose limits stop a launch; raise the pool's `limits` in the spec (`kubean-karpenter plan` shows what the pending pods need).",
+        ),
+    ));
+    if spec.join.mode.runs_controller() {
+        rules.push(alert(
+            "KubeanKarpenterNodeCsrDenialsSpiking",
+            format!(
+                "sum by (reason) (increase(kubean_karpenter_csr_decisions_total{{condition=\"Denied\"}}[15m])) > {DENIALS_PER_15_MINUTES}"
+            ),
+            "1m",
+            "critical",
+            "The CSR approver denied over 3 node certificates in 15 minutes ({{ $labels.reason }}): a join token may be in the wrong hands, or joins are broken",
+            runbook(
+                "join-token-valid",
+                &format!(
+                    "Then `node-provider-id`; each denied CSR's condition message says why (`kubectl get csr -o wide`), KubeanKarpenterContested means competing CSRs for one node (docs/join-credentials.md, CSR approval; `{}`).",
+                    csr_approver::NAME
+                ),
+            ),
+        ));
+    }
+    json!([{ "name": NAME, "rules": rules }])
+}
+
+fn rule(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "PrometheusRule",
+        "metadata": metadata(cluster, monitoring),
+        "spec": { "groups": rule_groups(cluster, monitoring) },
+    })
+}
+
+/// Scrapes the rotator's and the approver's `/metrics` (their container port `http`).
+fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": metadata(cluster, monitoring),
+        "spec": {
+            "selector": { "matchExpressions": [{
+                "key": "app.kubernetes.io/name",
+                "operator": "In",
+                "values": [csr_approver::NAME, rotator::NAME],
+            }] },
+            "podMetricsEndpoints": [{ "port": "http", "path": "/metrics" }],
+        },
+    })
+}
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let Some(monitoring) = enabled(cluster) else {
+        return Ok(());
+    };
+    bundle.add_yaml("monitoring/rules.yaml", &[rule(cluster, monitoring)])?;
+    if cluster.spec.join.mode.runs_controller() {
+        bundle.add_yaml(
+            "monitoring/controllers.yaml",
+            &[pod_monitor(cluster, monitoring)],
+        )?;
+    }
+    bundle.add_yaml(
+        "monitoring/dashboard.yaml",
+        &[crate::dashboard::config_map(cluster, monitoring)?],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,13 @@
+//! Integration tests of the provisioning and disruption simulators: one test binary, one
+//! module per concern.
+//! Every test binary links the crate and all its dependencies again, so the tests live
+//! in one binary rather than one per file; add a module here, not a file in `tests/`.
+
+mod behaviour;
+mod differential;
+mod disrupt;
+mod disrupt_differential;
+mod drift_change;
+mod properties;
+mod reclaim;
+mod stories;

@@ -1,0 +1,300 @@
+//! The versions table (`versions.yaml`): every component the bundle runs, the releases we know
+//! of, their image digests where an upstream file pins one, and the Kubernetes minors each
+//! supports. Render, validate, `versions`, `images` and `version -o json` all read it here.
+
+use std::sync::LazyLock;
+
+use kk_model::yaml::{self, LoadLimits};
+use serde::{Deserialize, Serialize};
+
+const TABLE: &str = include_str!("versions.yaml");
+
+pub const KARPENTER: &str = "karpenter";
+pub const CLOUD_CONTROLLER_MANAGER: &str = "cloud-controller-manager";
+pub const EBS_CSI_DRIVER: &str = "aws-ebs-csi-driver";
+pub const DEVICE_PLUGIN: &str = "nvidia-device-plugin";
+pub const EFA_DEVICE_PLUGIN: &str = "aws-efa-k8s-device-plugin";
+pub const IAM_AUTHENTICATOR: &str = "aws-iam-authenticator";
+pub const KUBEAN: &str = "kubean";
+pub const CUDA_SAMPLE: &str = "cuda-sample";
+pub const PAUSE: &str = "pause";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Table {
+    pub components: Vec<Component>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Component {
+    pub name: String,
+    pub title: String,
+    /// Image repository; a release's tag is its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<Chart>,
+    /// What render pins when the spec does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    pub source: String,
+    pub checked: String,
+    pub releases: Vec<Release>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Chart {
+    pub repository: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Release {
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    /// `1.29-1.36`, `1.17+`, or `any` (upstream states no range).
+    pub kubernetes: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// What a chart pulls at this version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ChartImage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartImage {
+    pub name: String,
+    pub repository: String,
+    pub tag: String,
+    /// The chart values key holding `repository` and `tag` (`sidecars.provisioner.image`).
+    pub values: String,
+}
+
+/// Kubernetes minors a release supports: `lowest..=highest`, `highest` None when open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinorRange {
+    pub lowest: u32,
+    pub highest: Option<u32>,
+}
+
+impl MinorRange {
+    pub fn contains(&self, minor: u32) -> bool {
+        minor >= self.lowest && self.highest.is_none_or(|h| minor <= h)
+    }
+}
+
+impl std::fmt::Display for MinorRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.highest {
+            Some(h) if h == self.lowest => write!(f, "1.{h}"),
+            Some(h) => write!(f, "1.{}–1.{h}", self.lowest),
+            None if self.lowest == 0 => write!(f, "any (upstream states no range)"),
+            None => write!(f, "1.{} and later", self.lowest),
+        }
+    }
+}
+
+fn minor_of(text: &str) -> Option<u32> {
+    text.strip_prefix("1.")?.parse().ok()
+}
+
+fn parse_range(text: &str) -> Option<MinorRange> {
+    if text == "any" {
+        return Some(MinorRange {
+            lowest: 0,
+            highest: None,
+        });
+    }
+    if let Some(floor) = text.strip_suffix('+') {
+        return Some(MinorRange {
+            lowest: minor_of(floor)?,
+            highest: None,
+        });
+    }
+    let (lo, hi) = text.split_once('-')?;
+    let (lowest, highest) = (minor_of(lo)?, minor_of(hi)?);
+    (lowest <= highest).then_some(MinorRange {
+        lowest,
+        highest: Some(highest),
+    })
+}
+
+impl Release {
+    pub fn kubernetes_range(&self) -> MinorRange {
+        parse_range(&self.kubernetes).expect("versions.yaml ranges parse (tested)")
+    }
+}
+
+impl Component {
+    pub fn release(&self, version: &str) -> Option<&Release> {
+        let want = SemVer::parse(version);
+        self.releases
+            .iter()
+            .find(|r| r.version == version || (want.is_some() && SemVer::parse(&r.version) == want))
+    }
+
+    pub fn default_release(&self) -> Option<&Release> {
+        self.release(self.default.as_deref()?)
+    }
+
+    /// The newest known release of `version`'s major.minor, when `version` is a semantic one.
+    pub fn newest_patch(&self, version: &str) -> Option<&Release> {
+        let want = SemVer::parse(version)?;
+        self.releases
+            .iter()
+            .filter_map(|r| Some((SemVer::parse(&r.version)?, r)))
+            .filter(|(v, _)| v.major == want.major && v.minor == want.minor)
+            .max_by_key(|(v, _)| *v)
+            .map(|(_, r)| r)
+    }
+
+    /// The newest known release of all.
+    pub fn newest(&self) -> Option<&Release> {
+        self.releases
+            .iter()
+            .filter_map(|r| Some((SemVer::parse(&r.version)?, r)))
+            .max_by_key(|(v, _)| *v)
+            .map(|(_, r)| r)
+    }
+
+    /// The newest release supporting Kubernetes `1.<minor>` (the CCM's line for that minor).
+    pub fn newest_for_kubernetes(&self, minor: u32) -> Option<&Release> {
+        self.releases
+            .iter()
+            .filter(|r| r.kubernetes_range().contains(minor))
+            .filter_map(|r| Some((SemVer::parse(&r.version)?, r)))
+            .max_by_key(|(v, _)| *v)
+            .map(|(_, r)| r)
+    }
+
+    /// `repository:tag` of a release of an image component.
+    pub fn image_reference(&self, version: &str) -> Option<String> {
+        Some(format!("{}:{version}", self.image.as_ref()?))
+    }
+}
+
+/// `v1.35.3` / `1.14.1` as numbers; anything else (a tag like `vectoradd-cuda12.5.0`) is None.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SemVer {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl SemVer {
+    pub fn parse(text: &str) -> Option<SemVer> {
+        let mut parts = text.strip_prefix('v').unwrap_or(text).split('.');
+        let mut next = || parts.next()?.parse::<u32>().ok();
+        let v = SemVer {
+            major: next()?,
+            minor: next()?,
+            patch: next()?,
+        };
+        parts.next().is_none().then_some(v)
+    }
+}
+
+pub use kk_model::image::is_floating;
+
+fn parse(text: &str) -> Result<Table, String> {
+    let docs = yaml::load_documents(text, LoadLimits::default()).map_err(|e| e.message)?;
+    let doc = docs.into_iter().next().ok_or("empty")?;
+    serde_json::from_value(doc.value).map_err(|e| e.to_string())
+}
+
+/// The whole table.
+pub fn table() -> &'static Table {
+    static TABLE_PARSED: LazyLock<Table> =
+        LazyLock::new(|| parse(TABLE).expect("versions.yaml parses (tested)"));
+    &TABLE_PARSED
+}
+
+/// One component by name. Panics on a name not in the table: callers name constants above,
+/// which the tests check exist.
+pub fn component(name: &str) -> &'static Component {
+    table()
+        .components
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("versions.yaml has no component {name}"))
+}
+
+/// The tag render writes when the spec does not pin one.
+pub fn default_version(name: &str) -> &'static str {
+    component(name)
+        .default
+        .as_deref()
+        .unwrap_or_else(|| panic!("versions.yaml: {name} has no default"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_parses_and_is_consistent() {
+        let t = parse(TABLE).unwrap();
+        for name in [
+            KARPENTER,
+            CLOUD_CONTROLLER_MANAGER,
+            EBS_CSI_DRIVER,
+            DEVICE_PLUGIN,
+            IAM_AUTHENTICATOR,
+            KUBEAN,
+            CUDA_SAMPLE,
+            PAUSE,
+        ] {
+            let c = component(name);
+            if let Some(default) = &c.default {
+                assert!(c.release(default).is_some(), "{name}: default {default}");
+            }
+            assert!(c.image.is_some() || c.chart.is_some(), "{name}");
+        }
+        let digest = regex::Regex::new("^sha256:[0-9a-f]{64}$").unwrap();
+        for c in &t.components {
+            assert!(!c.releases.is_empty(), "{}", c.name);
+            for r in &c.releases {
+                assert!(
+                    parse_range(&r.kubernetes).is_some(),
+                    "{} {}: {}",
+                    c.name,
+                    r.version,
+                    r.kubernetes
+                );
+                if let Some(d) = &r.digest {
+                    assert!(digest.is_match(d), "{} {}", c.name, r.version);
+                    assert!(r.digest_source.is_some(), "{} {}", c.name, r.version);
+                }
+                assert!(!is_floating(&r.version), "{} {}", c.name, r.version);
+            }
+        }
+    }
+
+    #[test]
+    fn lookups() {
+        let ccm = component(CLOUD_CONTROLLER_MANAGER);
+        assert_eq!(ccm.newest_for_kubernetes(35).unwrap().version, "v1.35.3");
+        assert_eq!(ccm.newest_for_kubernetes(36).unwrap().version, "v1.36.2");
+        assert_eq!(ccm.newest_patch("v1.35.0").unwrap().version, "v1.35.3");
+        assert!(ccm.newest_for_kubernetes(28).is_none());
+        let karpenter = component(KARPENTER);
+        assert_eq!(karpenter.newest_patch("1.14.1").unwrap().version, "1.14.3");
+        assert_eq!(karpenter.newest().unwrap().version, "1.15.2");
+        assert_eq!(default_version(DEVICE_PLUGIN), "v0.20.0");
+        assert_eq!(default_version(EBS_CSI_DRIVER), "2.64.0");
+        let range = parse_range("1.29-1.36").unwrap();
+        assert!(range.contains(29) && range.contains(36) && !range.contains(37));
+        assert!(parse_range("1.17+").unwrap().contains(99));
+        assert!(parse_range("1.36-1.29").is_none());
+        assert_eq!(SemVer::parse("vectoradd-cuda12.5.0"), None);
+    }
+}
