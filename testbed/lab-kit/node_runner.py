@@ -8,7 +8,7 @@ instance, the AMI profile of its image, and its real userData (DescribeInstanceA
 run by bash. When an instance leaves the running state (TerminateInstances) its processes
 are killed and its namespace removed, as the hypervisor would.
 
-Usage: node_runner.py --state DIR --bridge NAME --gateway IP --amis ami-profiles.json
+Usage: node_runner.py --state DIR --bridge NAME --netns-prefix kkn-ID- --gateway IP --amis ami-profiles.json
        (moto from AWS_ENDPOINT_URL; the rest of boot.sh's environment is passed through)
 """
 
@@ -108,7 +108,7 @@ class Runner:
             f.write(profile)
 
         short = hashlib.sha256(iid.encode()).hexdigest()[:8]
-        ns, host_if = f"kkn-{short}", f"kkv{short}"
+        ns, host_if = f"{self.args.netns_prefix}{short}", f"kkv{short}"
         sh("ip", "netns", "del", ns, check=False)
         sh("ip", "link", "del", host_if, check=False)
         sh("ip", "netns", "add", ns)
@@ -132,13 +132,24 @@ class Runner:
         b = self.booted.pop(iid)
         ns = b.get("ns")
         if ns:
+            # The boot's own session first (it started one), then anything else left in the
+            # namespace; a name removed by someone else must not leave a kubelet running.
+            proc = b["proc"]
+            if proc is not None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
-            if b["proc"] is not None:
-                b["proc"].wait(timeout=10)
+            if proc is not None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    log(f"{iid}: boot process {proc.pid} outlived SIGKILL for 10s")
             sh("ip", "link", "del", b["host_if"], check=False)
             sh("ip", "netns", "del", ns, check=False)
         log(f"{iid}: halted")
@@ -173,6 +184,7 @@ def main() -> int:
     ap.add_argument("--state", required=True)
     ap.add_argument("--kit", default=os.path.dirname(os.path.abspath(__file__)))
     ap.add_argument("--bridge", required=True)
+    ap.add_argument("--netns-prefix", default="kkn-", help="names of the instances' network namespaces")
     ap.add_argument("--gateway", required=True)
     ap.add_argument("--prefix", default="16")
     ap.add_argument("--amis", required=True)

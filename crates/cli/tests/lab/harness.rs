@@ -577,11 +577,12 @@ for name, kind in [{}]:
         // The node runner halts a terminated instance on its next poll; until then its kubelet
         // runs and would register its Node again after the delete below, so the next test
         // would find capacity it did not create. Each booted instance is a `kkn-` namespace.
-        while booted_instances() > 0 {
+        let prefix = self.var("KK_LAB_NETNS_PREFIX");
+        while !booted_instances(&prefix).is_empty() {
             assert!(
                 Instant::now() < deadline,
-                "reset: the node runner still runs {} instance(s) after 180s\n{}",
-                booted_instances(),
+                "reset: the node runner still runs instance(s) after 180s: network namespaces {:?}\n{}",
+                booted_instances(&prefix),
                 self.diagnose()
             );
             std::thread::sleep(Duration::from_millis(500));
@@ -644,17 +645,23 @@ fn dead_daemon(env: &Path) -> Option<String> {
     })
 }
 
-/// How many instances the lab's node runner has booted and not yet halted (its network
-/// namespaces, `kkn-<hash>`).
-fn booted_instances() -> usize {
+/// The network namespaces of the instances this lab's node runner has booted and not yet
+/// halted (`kkn-<lab id>-<hash>`: other labs' namespaces may share the list).
+fn booted_instances(prefix: &str) -> Vec<String> {
+    assert!(
+        prefix.starts_with("kkn-"),
+        "the lab's env lacks KK_LAB_NETNS_PREFIX: restart it (testbed/lab down; testbed/lab up)"
+    );
     let out = Command::new("ip").args(["netns", "list"]).output();
     out.map(|o| {
         String::from_utf8_lossy(&o.stdout)
             .lines()
-            .filter(|l| l.starts_with("kkn-"))
-            .count()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|name| name.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
     })
-    .unwrap_or(0)
+    .unwrap_or_default()
 }
 
 /// Rewrites one key of the join configuration in the SSM store (what a stale or broken
