@@ -86,7 +86,7 @@ fn approval_policy(namespace: &str, labels: &Value) -> Value {
 /// away (RBAC cannot narrow `delete` by a name pattern).
 fn node_delete_policy(namespace: &str, labels: &Value) -> Value {
     let approver = cel::string_literal(&format!("system:serviceaccount:{namespace}:{NAME}"));
-    let pattern = cel::string_literal(crate::node_registration::INSTANCE_NAME);
+    let pattern = cel::string_literal(crate::names::INSTANCE_NAME_PATTERN);
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": { "name": NODE_DELETE_POLICY, "labels": labels },

@@ -9,10 +9,11 @@ use serde_json::{Value, json};
 pub const LIFECYCLE_LABEL: (&str, &str) = ("node.lifecycle", "karpenter");
 /// Label on GPU nodes; the device plugin selects it.
 pub const ACCELERATOR_LABEL: (&str, &str) = ("node.accelerator", "nvidia-gpu");
-/// The infra role label Kubespray puts on infra nodes; Karpenter's controller selects it.
-pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
 /// Names live, the CLI and render all use (defined in kk-spec, which live may depend on).
-pub use kk_spec::names::{JOIN_TOKEN_GROUP, MANAGED_BY, TOKEN_CLUSTER_LABEL, join_store};
+pub use kk_spec::names::{
+    INFRA_ROLE_LABEL, INSTANCE_NAME_PATTERN, JOIN_TOKEN_GROUP, MANAGED_BY, TOKEN_CLUSTER_LABEL,
+    join_store,
+};
 
 /// NodePool template labels (and so the kubelet's `--node-labels`).
 pub fn pool_labels(pool: &Pool) -> BTreeMap<String, String> {

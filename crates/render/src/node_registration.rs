@@ -16,17 +16,15 @@
 use serde_json::{Value, json};
 
 use crate::cel;
-use crate::names::MANAGED_BY;
+use crate::names::{INSTANCE_NAME_PATTERN, MANAGED_BY};
 
 pub const NAME: &str = "kubean-karpenter-node-registration";
 /// The taint Karpenter's nodes register with and Karpenter alone removes.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
-/// An EC2 instance id: the name Karpenter's nodes register under on our AMIs.
-pub(crate) const INSTANCE_NAME: &str = "^i-[0-9a-f]{8,17}$";
 
 fn policy(labels: &Value) -> Value {
     let taint = cel::string_literal(UNREGISTERED_TAINT);
-    let instance = cel::string_literal(INSTANCE_NAME);
+    let instance = cel::string_literal(INSTANCE_NAME_PATTERN);
     let tainted =
         |o: &str| format!("has({o}.spec.taints) && {o}.spec.taints.exists(t, t.key == {taint})");
     json!({

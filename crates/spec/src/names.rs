@@ -11,6 +11,30 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-ka
 pub const JOIN_TOKEN_GROUP: &str = "system:bootstrappers:kubean-karpenter";
 /// The cluster a managed token Secret was made for (scopes the rotator's deletes).
 pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
+/// The infra role label Kubespray puts on infra nodes; Karpenter's controller and ours select
+/// it, and doctor finds the infra instances by it.
+pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
+
+/// An EC2 instance ID as a node name (`i-` and 8 to 17 lowercase hex digits), the name a
+/// Karpenter node registers under; the admission policies match it in CEL.
+pub const INSTANCE_NAME_PATTERN: &str = "^i-[0-9a-f]{8,17}$";
+
+/// Whether `name` matches [`INSTANCE_NAME_PATTERN`].
+pub fn is_instance_name(name: &str) -> bool {
+    name.strip_prefix("i-").is_some_and(|hex| {
+        (8..=17).contains(&hex.len())
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// The instance ID at the end of an AWS provider ID (`aws:///<zone>/<instance-id>`).
+pub fn instance_id(provider_id: &str) -> Option<&str> {
+    let rest = provider_id.strip_prefix("aws://")?;
+    let id = rest.rsplit('/').next()?;
+    (id.starts_with("i-") && id.len() > 2).then_some(id)
+}
 
 /// The join configuration's store name, defaulted per mode.
 pub fn join_store(spec: &ClusterSpec, cluster: &str) -> String {
@@ -26,5 +50,51 @@ pub fn default_join_store(mode: JoinMode, cluster: &str) -> String {
     match mode {
         JoinMode::SecretsManager => format!("kubean-karpenter/{cluster}/join"),
         JoinMode::Ssm | JoinMode::Static => format!("/kubean-karpenter/{cluster}/join"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_names_are_i_and_8_to_17_lowercase_hex_digits() {
+        assert!(is_instance_name("i-0123456789abcdef0"));
+        assert!(is_instance_name("i-01234567"));
+        for name in [
+            "i-0123456",
+            "i-0123456789abcdef01",
+            "i-0123456789ABCDEF0",
+            "ip-10-0-1-12.ec2.internal",
+            "control-plane-1",
+            "i-",
+        ] {
+            assert!(!is_instance_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_pattern_and_the_function_agree() {
+        let pattern = regex::Regex::new(INSTANCE_NAME_PATTERN).unwrap();
+        for name in [
+            "i-0123456789abcdef0",
+            "i-01234567",
+            "i-0123456",
+            "i-0123456789ABCDEF0",
+            "x",
+        ] {
+            assert_eq!(pattern.is_match(name), is_instance_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn instance_ids_come_from_aws_provider_ids() {
+        assert_eq!(
+            instance_id("aws:///us-east-1a/i-0123456789abcdef0"),
+            Some("i-0123456789abcdef0")
+        );
+        assert_eq!(instance_id("aws:///us-east-1a/"), None);
+        assert_eq!(instance_id("gce://p/z/i-1"), None);
+        assert_eq!(instance_id("aws:///us-east-1a/node-1"), None);
     }
 }

@@ -36,6 +36,7 @@ use k8s_openapi::api::certificates::v1::{
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kk_spec::names::instance_id;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -98,13 +99,6 @@ pub struct Known {
     pub pending_per_name: BTreeMap<String, usize>,
     /// Node names once asked for by competing CSRs (denied with [`CONTESTED_REASON`]).
     pub contested: BTreeSet<String>,
-}
-
-/// The instance ID at the end of an AWS provider ID (`aws:///<zone>/<instance-id>`).
-pub fn instance_id(provider_id: &str) -> Option<&str> {
-    let rest = provider_id.strip_prefix("aws://")?;
-    let id = rest.rsplit('/').next()?;
-    (id.starts_with("i-") && id.len() > 2).then_some(id)
 }
 
 fn is_settled(csr: &CertificateSigningRequest) -> bool {
@@ -419,17 +413,6 @@ pub async fn approve_pending(client: &Client) -> Result<Vec<(String, Decision)>,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn instance_ids_come_from_aws_provider_ids() {
-        assert_eq!(
-            instance_id("aws:///us-east-1a/i-0123456789abcdef0"),
-            Some("i-0123456789abcdef0")
-        );
-        assert_eq!(instance_id("aws:///us-east-1a/"), None);
-        assert_eq!(instance_id("gce://p/z/i-1"), None);
-        assert_eq!(instance_id("aws:///us-east-1a/node-1"), None);
-    }
 
     fn csr(groups: &[&str], user: &str, signer: &str) -> CertificateSigningRequest {
         serde_json::from_value(serde_json::json!({

@@ -16,7 +16,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions};
 
-use super::approve::{instance_id, nodeclaims_api};
+use kk_spec::names::{instance_id, is_instance_name};
+
+use super::approve::nodeclaims_api;
 use crate::token::{TokenError, format_duration};
 
 /// The Event reason on a removed Node.
@@ -30,17 +32,6 @@ pub struct Orphan {
     pub name: String,
     pub uid: String,
     pub why: String,
-}
-
-/// Whether `name` is an EC2 instance ID (`i-` and 8 to 17 lowercase hex digits), the name a
-/// Karpenter node registers with; the node registration policy checks the same pattern.
-pub fn is_instance_name(name: &str) -> bool {
-    name.strip_prefix("i-").is_some_and(|hex| {
-        (8..=17).contains(&hex.len())
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// The instance-named Nodes older than `grace` at `now` that no NodeClaim names, neither by
@@ -211,22 +202,6 @@ mod tests {
 
     const NOW: i64 = 1_000_000;
     const GRACE: Duration = Duration::from_secs(300);
-
-    #[test]
-    fn only_instance_names_are_in_scope() {
-        assert!(is_instance_name("i-0123456789abcdef0"));
-        assert!(is_instance_name("i-01234567"));
-        for name in [
-            "i-0123456",
-            "i-0123456789abcdef01",
-            "i-0123456789ABCDEF0",
-            "ip-10-0-1-12.ec2.internal",
-            "control-plane-1",
-            "i-",
-        ] {
-            assert!(!is_instance_name(name), "{name}");
-        }
-    }
 
     #[test]
     fn an_unowned_instance_node_past_its_grace_is_an_orphan_and_nothing_else_is() {

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject};
+use kk_spec::names::instance_id;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -182,12 +183,6 @@ async fn list_dynamic(client: &Client, group: &str, kind: &str) -> Read<Vec<Dyna
         .await
         .map(|l| l.items)
         .map_err(|e| kube_err(&format!("list {kind}s"), e))
-}
-
-/// The instance ID in `aws:///<az>/<id>`.
-pub fn instance_id(provider_id: &str) -> Option<&str> {
-    let id = provider_id.strip_prefix("aws://")?.rsplit('/').next()?;
-    id.starts_with("i-").then_some(id)
 }
 
 async fn rbac(client: &Client) -> Read<Rbac> {

@@ -63,7 +63,7 @@ pub(super) fn kubean(p: &mut Problems, at: &FieldPath, k: &Kubean, region: &str)
                 at.key("privateDnsName"),
                 format!("{dns:?} is not a DNS name"),
             )),
-            Some(dns) if INSTANCE_NODE_NAME.is_match(dns) => p.push((
+            Some(dns) if crate::names::is_instance_name(dns) => p.push((
                 at.key("privateDnsName"),
                 format!(
                     "{dns:?} is a bare instance id: Kubean's nodes register without a \

@@ -66,9 +66,6 @@ re!(SUBNET_ID, r"^subnet-[0-9a-f]{8,17}$");
 re!(SG_ID, r"^sg-[0-9a-f]{8,17}$");
 re!(AMI_ID, r"^ami-[0-9a-f]{8,17}$");
 re!(RESERVATION_ID, r"^cr-[0-9a-f]{8,17}$");
-// An EC2 instance id as a node name: the names Karpenter's nodes register under, which the
-// node registration policy (render's `cloud/node-registration-policy.yaml`) holds to proof.
-re!(INSTANCE_NODE_NAME, r"^i-[0-9a-f]{8,17}$");
 re!(AMI_ALIAS, r"^([a-z0-9]+)@(.+)$");
 re!(SSM_RELEASE, r"^1\.(\d+)\.\d+-\d{8}$");
 re!(IAM_NAME, r"^[\w+=,.@-]{1,64}$");

@@ -12,7 +12,7 @@ use crate::doctor::Check;
 use crate::doctor::Facts;
 use crate::doctor::Status;
 use crate::doctor::gather::Snapshot;
-use crate::doctor::gather::instance_id;
+use kk_spec::names::{INFRA_ROLE_LABEL, instance_id};
 
 pub(super) fn node_provider_id(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(
@@ -194,9 +194,6 @@ pub(super) fn cluster_id_tag(s: &Snapshot, f: &Facts) -> Check {
     c
 }
 
-/// The label Kubean's infra workers carry (where Karpenter and the rotator run).
-const INFRA_ROLE: &str = "node-role.kubernetes.io/infra";
-
 pub(super) fn infra_imds_hop_limit(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(
         "infra-imds-hop-limit",
@@ -225,7 +222,7 @@ pub(super) fn infra_imds_hop_limit(s: &Snapshot, f: &Facts) -> Check {
             .metadata
             .labels
             .as_ref()
-            .is_some_and(|l| l.contains_key(INFRA_ROLE));
+            .is_some_and(|l| l.contains_key(INFRA_ROLE_LABEL));
         let Some(id) = infra
             .then(|| provider_id(n).and_then(instance_id))
             .flatten()
@@ -261,7 +258,7 @@ pub(super) fn infra_imds_hop_limit(s: &Snapshot, f: &Facts) -> Check {
     }
     if seen == 0 {
         return c.skip(format!(
-            "no Node labelled {INFRA_ROLE} with an EC2 instance"
+            "no Node labelled {INFRA_ROLE_LABEL} with an EC2 instance"
         ));
     }
     if c.evidence.is_empty() {
