@@ -78,6 +78,9 @@ pub struct Lab {
     pub rt: tokio::runtime::Runtime,
     pub dir: tempfile::TempDir,
     started: Instant,
+    /// The test's name and when it got the lab, for the closing line on stderr.
+    test: String,
+    began: Instant,
     phases: Vec<(String, Duration)>,
 }
 
@@ -160,6 +163,8 @@ impl Lab {
             rt,
             dir: tempfile::tempdir().unwrap(),
             started: Instant::now(),
+            test: test.to_owned(),
+            began: Instant::now(),
             phases: Vec::new(),
         };
         live(&format!("== {test} on the lab"));
@@ -603,6 +608,12 @@ impl Drop for Lab {
         if !std::thread::panicking() {
             Lab::passed();
         }
+        // Where CI's time goes: each test's whole turn on the lab, its reset included.
+        live(&format!(
+            "-- {} on the lab: {:.0}s",
+            self.test,
+            self.began.elapsed().as_secs_f64()
+        ));
     }
 }
 
