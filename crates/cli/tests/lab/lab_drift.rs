@@ -159,15 +159,32 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
             .unwrap();
     });
     let min = Duration::from_secs(60);
-    lab.wait("4 pods Running on 4 initialized nodes", 4 * min, |l| {
-        let pods = app_pods(l);
-        let claims: Vec<_> = l
-            .nodeclaims()
-            .into_iter()
-            .filter(|nc| pool_of(nc) == POOL && is_true(nc, "Initialized"))
-            .collect();
-        (pods.len() == REPLICAS && pods.iter().all(ready) && claims.len() == REPLICAS).then_some(())
-    });
+    // A settled cluster: the bundle's GPU sample pod bound too. plan does not count a NodeClaim
+    // still in flight (no Node yet) as room for a Pending pod, where Karpenter does, so a pod
+    // Pending at the prediction would add a replacement Karpenter never makes
+    // (docs/plan.md, "Differences from a running Karpenter").
+    lab.wait(
+        "4 pods Running on 4 initialized nodes, no pod Pending",
+        4 * min,
+        |l| {
+            let pods = app_pods(l);
+            let claims: Vec<_> = l
+                .nodeclaims()
+                .into_iter()
+                .filter(|nc| pool_of(nc) == POOL && is_true(nc, "Initialized"))
+                .collect();
+            let unbound = l
+                .pods("default")
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+                .count();
+            (pods.len() == REPLICAS
+                && pods.iter().all(ready)
+                && claims.len() == REPLICAS
+                && unbound == 0)
+                .then_some(())
+        },
+    );
     let before: BTreeMap<String, String> = lab
         .nodeclaims()
         .into_iter()
@@ -423,10 +440,14 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
     // One pod per node and no room elsewhere: each drifted node needs its own replacement, as
     // predicted. Order: every node drifted in the same pass, so Karpenter's order among them is
     // not determined (the prediction lists them in name order); it is printed, not compared.
-    assert_eq!(
+    // Karpenter's provisioner may add one NodeClaim of its own when the last evicted pod goes
+    // Pending before that node's replacement is Initialized (seen once on the lab: a fifth
+    // NodeClaim 6 s after the fourth replacement); that node is not a drift replacement.
+    assert!(
+        (predicted_replacements..=predicted_replacements + 1).contains(&replacements.len()),
+        "replacement NodeClaims: {} seen, {predicted_replacements} predicted; the prediction's commands: {:#}",
         replacements.len(),
-        predicted_replacements,
-        "replacement NodeClaims"
+        predicted["commands"]
     );
     lab.rt.block_on(async {
         let _ = deployments.delete(APP, &DeleteParams::default()).await;
