@@ -4,47 +4,11 @@
 //! OpenAPI schemas and CEL rules are what a cluster running Kueue enforces.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The module's CRD folder, downloaded through the Go module proxy when not cached yet.
-fn kueue_crds(dir: &Path) -> Option<PathBuf> {
-    let module = format!("sigs.k8s.io/kueue@{}", kk_render::kueue::KUEUE_VERSION);
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", &module])
-        .current_dir(dir)
-        .output();
-    let out = match out {
-        Ok(out) if out.status.success() => out,
-        other => {
-            let why = format!("`go mod download {module}` failed: {other:?}");
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-            eprintln!("SKIP kueue testbed: {why}");
-            return None;
-        }
-    };
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some(PathBuf::from(info["Dir"].as_str().unwrap()).join("config/components/crd/bases"))
 }
 
 /// Renders the example with its training pool and queue namespace renamed to `n`.
@@ -60,14 +24,6 @@ fn kueue_file(dir: &Path, n: &str) -> PathBuf {
     path
 }
 
-fn unique() -> String {
-    let mut b = [0u8; 3];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .unwrap();
-    format!("q{:02x}{:02x}{:02x}", b[0], b[1], b[2])
-}
-
 #[test]
 fn the_rendered_queue_objects_pass_kueues_crds_on_a_real_apiserver() {
     let _turn = crate::testbed_apply_turn();
@@ -75,50 +31,29 @@ fn the_rendered_queue_objects_pass_kueues_crds_on_a_real_apiserver() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let Some(crds) = kueue_crds(dir.path()) else {
+    let module = format!("sigs.k8s.io/kueue@{}", kk_render::kueue::KUEUE_VERSION);
+    let Some(crds) = go_module_dir(
+        &module,
+        "config/components/crd/bases",
+        "kueue testbed",
+        dir.path(),
+    ) else {
         return;
     };
     let kubeconfig = tb.kubeconfig.to_str().unwrap().to_owned();
-    for kind in ["resourceflavors", "clusterqueues", "localqueues"] {
-        let file = crds.join(format!("kueue.x-k8s.io_{kind}.yaml"));
-        let out = cli(
-            &tb,
-            &["apply", "--kubeconfig", &kubeconfig, file.to_str().unwrap()],
-        );
-        assert!(out.status.success(), "installing {kind}: {}", text(&out));
-    }
-    let n = unique();
+    install_crds(
+        &tb,
+        &["resourceflavors", "clusterqueues", "localqueues"]
+            .map(|kind| crds.join(format!("kueue.x-k8s.io_{kind}.yaml"))),
+    );
+    let n = unique("q");
     let file = kueue_file(dir.path(), &n);
     let file = file.to_str().unwrap();
-    // The new kinds are served once the CRDs are Established: retry the dry run a while.
-    let mut last = None;
-    for _ in 0..30 {
-        let out = cli(
-            &tb,
-            &[
-                "apply",
-                "--dry-run=server",
-                "--kubeconfig",
-                &kubeconfig,
-                file,
-            ],
-        );
-        if out.status.success() {
-            last = None;
-            break;
-        }
-        last = Some(text(&out));
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
-    assert!(
-        last.is_none(),
-        "dry run of {file}: {}",
-        last.unwrap_or_default()
-    );
+    apply_once_served(&tb, &["--dry-run=server"], file);
     let out = cli(&tb, &["apply", "--kubeconfig", &kubeconfig, file]);
     assert!(out.status.success(), "{}", text(&out));
     // The apiserver really validates them: a flavor with nine taints (Kueue allows eight) is
-    // refused, and    // the dry run says so at the field.
+    // refused, and the dry run says so at the field.
     let rendered = std::fs::read_to_string(file).unwrap();
     let taint = "  - key: nvidia.com/gpu\n    value: training\n    effect: NoSchedule\n";
     let bad = rendered

@@ -13,6 +13,7 @@ mod architecture;
 mod catalog;
 mod cli;
 mod completion;
+mod crd_testbed;
 mod disrupt_testbed;
 mod doctor_drift_testbed;
 mod kueue_testbed;

@@ -5,57 +5,14 @@
 //! schemas are what a cluster running the operator enforces.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
 
 /// The operator release whose CRDs the objects are checked against.
 const OPERATOR_MODULE: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The module's CRD folder, downloaded through the Go module proxy when not cached yet.
-fn operator_crds(dir: &Path) -> Option<PathBuf> {
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", OPERATOR_MODULE])
-        .current_dir(dir)
-        .output();
-    let out = match out {
-        Ok(out) if out.status.success() => out,
-        other => {
-            let why = format!("`go mod download {OPERATOR_MODULE}` failed: {other:?}");
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-            eprintln!("SKIP monitoring testbed: {why}");
-            return None;
-        }
-    };
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    Some(PathBuf::from(info["Dir"].as_str().unwrap()).join("example/prometheus-operator-crd"))
-}
-
-fn unique() -> String {
-    let mut b = [0u8; 3];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .unwrap();
-    format!("mon{:02x}{:02x}{:02x}", b[0], b[1], b[2])
 }
 
 /// A Namespace `namespace` and monitoring/ of the fixture that turns it on, rendered there.
@@ -89,33 +46,24 @@ fn the_rendered_monitoring_objects_pass_the_operators_crds_on_a_real_apiserver()
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let Some(crds) = operator_crds(dir.path()) else {
+    let Some(crds) = go_module_dir(
+        OPERATOR_MODULE,
+        "example/prometheus-operator-crd",
+        "monitoring testbed",
+        dir.path(),
+    ) else {
         return;
     };
     let kubeconfig = tb.kubeconfig.to_str().unwrap().to_owned();
-    for kind in ["prometheusrules", "podmonitors", "servicemonitors"] {
-        let file = crds.join(format!("monitoring.coreos.com_{kind}.yaml"));
-        let out = cli(
-            &tb,
-            &["apply", "--kubeconfig", &kubeconfig, file.to_str().unwrap()],
-        );
-        assert!(out.status.success(), "installing {kind}: {}", text(&out));
-    }
-    let namespace = unique();
+    install_crds(
+        &tb,
+        &["prometheusrules", "podmonitors", "servicemonitors"]
+            .map(|kind| crds.join(format!("monitoring.coreos.com_{kind}.yaml"))),
+    );
+    let namespace = unique("mon");
     let file = monitoring_file(dir.path(), &namespace);
     let file = file.to_str().unwrap();
-    // The new kinds are served once the CRDs are Established: retry a while.
-    let mut last = None;
-    for _ in 0..30 {
-        let out = cli(&tb, &["apply", "--kubeconfig", &kubeconfig, file]);
-        if out.status.success() {
-            last = None;
-            break;
-        }
-        last = Some(text(&out));
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
-    assert!(last.is_none(), "apply {file}: {}", last.unwrap_or_default());
+    apply_once_served(&tb, &[], file);
     // The apiserver really validates them: an alert whose `for` is not a Prometheus duration
     // is refused at the field.
     let rendered = std::fs::read_to_string(file).unwrap();
