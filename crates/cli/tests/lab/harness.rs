@@ -583,11 +583,14 @@ for name, kind in [{}]:
         // runs and would register its Node again after the delete below, so the next test
         // would find capacity it did not create. Each booted instance is a `kkn-` namespace.
         let prefix = self.var("KK_LAB_NETNS_PREFIX");
-        while !booted_instances(&prefix).is_empty() {
+        loop {
+            let booted = booted_instances(&prefix);
+            if booted.is_empty() {
+                break;
+            }
             assert!(
                 Instant::now() < deadline,
-                "reset: the node runner still runs instance(s) after 180s: network namespaces {:?}\n{}",
-                booted_instances(&prefix),
+                "reset: the node runner still runs instance(s) after 180s: network namespaces {booted:?}\n{}",
                 self.diagnose()
             );
             std::thread::sleep(Duration::from_millis(500));
