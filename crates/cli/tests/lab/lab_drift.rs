@@ -2,7 +2,7 @@
 //! kubeadm AMI in moto, copied at test time so its creation date is later) while a Deployment
 //! with a PDB runs one pod per node, under a `Drifted` budget of one node. Before the bump,
 //! `plan --disrupt --from-cluster --nodeclass NEW` predicts the drift; then the real Karpenter
-//! (the lab's v1.14.3) marks the nodes Drifted and replaces them, and the test checks what a
+//! (the lab's v1.15.2) marks the nodes Drifted and replaces them, and the test checks what a
 //! user would — and that the prediction agreed.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,4 +1,4 @@
-//! `joinMethod: iam` on the lab: the real aws-iam-authenticator server (v0.7.2), configured from
+//! `joinMethod: iam` on the lab: the real aws-iam-authenticator server (v0.7.18), configured from
 //! the rendered bundle, as the lab API server's token webhook; tokens made from the credentials
 //! the lab's fake IMDS issues; the lab's STS (testbed/lab-kit/sts.py, test tooling) verifying
 //! their SigV4 signatures. Every row of the attack table that a running system refuses is
@@ -21,7 +21,7 @@ use serde_json::json;
 /// that joins by IAM on the EKS AL2023 image the lab's moto knows.
 fn iam_spec(text: String, serving_cert_b64: &str) -> String {
     let auth = format!(
-        "  iamAuthenticator:\n    clusterID: lab\n    image: 602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon/aws-iam-authenticator:v0.7.2\n    servingCertificate: {serving_cert_b64}\n"
+        "  iamAuthenticator:\n    clusterID: lab\n    image: 602401143452.dkr.ecr.us-west-2.amazonaws.com/amazon/aws-iam-authenticator:v0.7.18\n    servingCertificate: {serving_cert_b64}\n"
     );
     let text = text.replacen("  pools:\n", &format!("{auth}  pools:\n"), 1);
     format!(
