@@ -1,6 +1,7 @@
-//! Embeds the reference CRDs: reads the YAML under `shared/crds/`, keeps only what validation
-//! needs (no `description` text) and writes one JSON document into OUT_DIR, so the library parses
-//! JSON at run time and never touches the file system.
+//! Embeds the reference CRDs: Karpenter's from `crds/karpenter/` here (written from the Go module
+//! the lab builds by testbed/tools/karpenter/export-crds), Kubean's from `shared/crds/kubean/`.
+//! Keeps only what validation needs (no `description` text) and writes one JSON document into
+//! OUT_DIR, so the library parses JSON at run time and never touches the file system.
 
 use std::{
     env, fs,
@@ -9,8 +10,10 @@ use std::{
 
 use serde_json::{Map, Value};
 
-/// CRD folders under `<shared>/crds/`, in the order they are embedded.
-const CRD_DIRS: [&str; 2] = ["karpenter-v1.14.1", "kubean"];
+/// The Karpenter CRDs' folder under this crate, then Kubean's under `<shared>/crds/`: the order
+/// they are embedded in, and the name each file's `source` starts with.
+const KARPENTER_DIR: &str = "karpenter";
+const KUBEAN_DIR: &str = "kubean";
 
 fn main() {
     println!("cargo:rerun-if-env-changed=KK_SHARED_DIR");
@@ -19,9 +22,13 @@ fn main() {
         None => Path::new(&env_var("CARGO_MANIFEST_DIR")).join("../../../shared"),
     };
 
+    let manifest = PathBuf::from(env_var("CARGO_MANIFEST_DIR"));
+    let dirs = [
+        (KARPENTER_DIR, manifest.join("crds").join(KARPENTER_DIR)),
+        (KUBEAN_DIR, shared.join("crds").join(KUBEAN_DIR)),
+    ];
     let mut crds = Vec::new();
-    for sub in CRD_DIRS {
-        let dir = shared.join("crds").join(sub);
+    for (sub, dir) in dirs {
         println!("cargo:rerun-if-changed={}", dir.display());
         for file in yaml_files(&dir) {
             println!("cargo:rerun-if-changed={}", file.display());

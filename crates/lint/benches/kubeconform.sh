@@ -106,7 +106,7 @@ GO
 fi
 
 crds=()
-for dir in "$shared/crds/karpenter-v1.14.1" "$shared/crds/kubean"; do
+for dir in "$root/crates/crd-check/crds/karpenter" "$shared/crds/kubean"; do
   [ -d "$dir" ] || { echo "kubeconform.sh: no CRDs at $dir (set KK_SHARED_DIR)" >&2; exit 3; }
   crds+=("$dir"/*.yaml)
 done

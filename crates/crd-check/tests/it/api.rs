@@ -38,8 +38,10 @@ fn found(violations: &[Violation], kind: ViolationKind, path: &str, message: &st
 #[test]
 fn known_kinds_lists_every_served_version() {
     let kinds = known_kinds();
-    assert_eq!(kinds.len(), 7, "{kinds:?}");
+    // Karpenter v1.15.2: EC2NodeClass, NodeClaim, NodePool, NodeOverlay, CapacityBuffer; Kubean: 4.
+    assert_eq!(kinds.len(), 9, "{kinds:?}");
     assert!(kinds.contains(&("karpenter.sh/v1".into(), "NodePool".into())));
+    assert!(kinds.contains(&("karpenter.sh/v1alpha1".into(), "NodeOverlay".into())));
     assert!(kinds.contains(&("kubean.io/v1alpha1".into(), "ClusterOperation".into())));
 }
 
@@ -154,7 +156,7 @@ fn bounds_enums_and_lengths() {
         &v,
         ViolationKind::Schema,
         "spec.template.spec.requirements[0].operator",
-        "Unsupported value: \"Near\": supported values: \"Gte\", \"Lte\", \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\", \"Gt\", \"Lt\""
+        "Unsupported value: \"Near\": supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\", \"Gt\", \"Lt\", \"Gte\", \"Lte\""
     ));
     let mut class = node_class();
     class["spec"]["amiSelectorTerms"] = json!([{"alias": "al2023@0123456789012345678901234567"}]);

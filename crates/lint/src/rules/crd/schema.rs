@@ -11,7 +11,7 @@ use crate::rule::{Rule, RuleMeta};
 pub const DOC: &str = r#"
 ## What
 Validates every Karpenter (`karpenter.sh/v1`, `karpenter.k8s.aws/v1`) and Kubean
-(`kubean.io/v1alpha1`) object against the CRDs the cluster serves (Karpenter v1.14.1 and
+(`kubean.io/v1alpha1`) object against the CRDs the cluster serves (Karpenter v1.15.2 and
 Kubean), the way the kube-apiserver does on create: types, required fields, enums, patterns,
 bounds, unknown fields, then every `x-kubernetes-validations` CEL rule. Each violation is
 reported at the field it names. An apiVersion the CRD does not serve (such as
