@@ -278,7 +278,7 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("`helm` is not on PATH")
-            && stderr.contains("helm upgrade --install karpenter oci://public.ecr.aws/karpenter/karpenter --version 1.14.3")
+            && stderr.contains("helm upgrade --install karpenter oci://public.ecr.aws/karpenter/karpenter --version 1.15.2")
             && stderr.contains("helm upgrade --install aws-ebs-csi-driver")
             && stderr.contains("--version 2.64.0"),
         "{stderr}"

@@ -81,7 +81,7 @@ fn version_json_is_an_object_with_version_commit_build_date_rustc_and_components
     let components = &object["components"];
     assert_eq!(
         components["karpenter"],
-        serde_json::json!({ "default": "1.14.3", "newestKnown": "1.15.2" })
+        serde_json::json!({ "default": "1.15.2", "newestKnown": "1.15.2" })
     );
     assert_eq!(components["nvidia-device-plugin"]["default"], "v0.20.0");
     assert_eq!(components["aws-ebs-csi-driver"]["default"], "2.64.0");

@@ -107,7 +107,7 @@ fn stale_patches_warn_at_their_field_and_current_ones_do_not() {
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     let stale = kk_spec::EXAMPLE
         .replace("devicePluginVersion: v0.20.0", "devicePluginVersion: v0.17.0")
-        .replace("version: 1.14.3 ", "version: 1.14.1 ")
+        .replace("version: 1.15.2 ", "version: 1.14.1 ")
         .replace(
             "  controller:                     # the join-token",
             "  images:\n    cloud-controller-manager: {tag: v1.35.0}\n  controller:                     # the join-token",
