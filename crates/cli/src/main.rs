@@ -136,7 +136,8 @@ enum Command {
     /// with a spec, what it pins and whether each pin is the newest known patch.
     Versions(versions_cmd::VersionsArgs),
     /// Every image the bundle and its Helm charts pull (repository:tag@digest, or tag-only
-    /// with how to pin it), for mirroring with `skopeo copy`.
+    /// with how to pin it), then Kubespray's for the spec's Kubean release and Kubernetes
+    /// version, for mirroring with `skopeo copy`.
     Images(versions_cmd::ImagesArgs),
     /// Print a shell completion script: `source <(kubean-karpenter completion bash)`, or save
     /// `completion zsh` as `_kubean-karpenter` in your $fpath, `completion fish` in

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use kk_spec::images::{self, ResolvedImage};
-use kk_spec::{ElasticCluster, kubean_support, versions};
+use kk_spec::{ElasticCluster, kubean_support, kubespray_images, versions};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -242,14 +242,20 @@ fn how_to_pin(image: &ResolvedImage) -> String {
 
 pub fn images(args: ImagesArgs) -> Result<ExitCode, Failure> {
     let (loaded, _) = crate::load_spec(&args.spec)?;
-    let list = images::bundle_images(&loaded.spec.spec);
+    let spec = &loaded.spec.spec;
+    let bundle = images::bundle_images(spec);
+    // The Kubean-built cluster's own images, which Kubespray pins (by tag) at its commit.
+    let kubespray = kubespray_images::images(spec);
     let value = Value::Array(
-        list.iter()
-            .map(|i| {
+        bundle
+            .iter()
+            .map(|i| (i, Some(how_to_pin(i))))
+            .chain(kubespray.iter().map(|i| (i, None)))
+            .map(|(i, pin)| {
                 let mut v = serde_json::to_value(i).unwrap_or(Value::Null);
                 v["reference"] = json!(i.reference());
-                if i.digest.is_none() {
-                    v["pin"] = json!(how_to_pin(i));
+                if let (None, Some(pin)) = (&i.digest, pin) {
+                    v["pin"] = json!(pin);
                 }
                 v
             })
@@ -257,7 +263,7 @@ pub fn images(args: ImagesArgs) -> Result<ExitCode, Failure> {
     );
     print(&value, &args.output, || {
         let mut out = String::new();
-        for i in &list {
+        for i in bundle.iter().chain(&kubespray) {
             let state = if i.digest.is_some() {
                 "digest"
             } else {
@@ -270,16 +276,28 @@ pub fn images(args: ImagesArgs) -> Result<ExitCode, Failure> {
                 i.used_by
             ));
         }
-        let unpinned: Vec<_> = list.iter().filter(|i| i.digest.is_none()).collect();
+        let unpinned: Vec<_> = bundle.iter().filter(|i| i.digest.is_none()).collect();
         if !unpinned.is_empty() {
             out.push_str(&format!(
-                "\n{} of {} images are tag-only: a registry can move a tag. To pin:\n",
+                "\n{} of the bundle's {} images are tag-only: a registry can move a tag. To pin:\n",
                 unpinned.len(),
-                list.len()
+                bundle.len()
             ));
             for i in unpinned {
                 out.push_str(&format!("  {}: {}\n", i.key, how_to_pin(i)));
             }
+        }
+        if kubespray.is_empty() {
+            out.push_str(
+                "\nKubespray's images are not listed: no list is known for this Kubean release \
+                 and Kubernetes minor (crates/spec/src/kubespray_images.txt).\n",
+            );
+        } else {
+            out.push_str(&format!(
+                "\nThe {} Kubespray images are every add-on its list generator knows, pinned by \
+                 tag at the Kubespray commit Kubean pins: mirror them all.\n",
+                kubespray.len()
+            ));
         }
         out
     })?;

@@ -11,6 +11,7 @@ pub mod iam;
 pub mod images;
 pub mod interruption;
 pub mod kubean_support;
+pub mod kubespray_images;
 mod load;
 pub mod names;
 pub mod pin;

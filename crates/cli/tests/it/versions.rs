@@ -28,7 +28,7 @@ fn json(out: &Output) -> Value {
 /// nil-State fix; v1.35.3 known), device plugin v0.17.0.
 fn stale_spec(dir: &std::path::Path) -> PathBuf {
     let text = kk_spec_example()
-        .replace("version: 1.14.3 ", "version: 1.14.1 ")
+        .replace("version: 1.15.2 ", "version: 1.14.1 ")
         .replace(
             "devicePluginVersion: v0.20.0",
             "devicePluginVersion: v0.17.0",
@@ -55,7 +55,7 @@ fn versions_prints_the_table_and_the_matrix() {
         .iter()
         .find(|c| c["name"] == "karpenter")
         .unwrap();
-    assert_eq!(karpenter["default"], "1.14.3");
+    assert_eq!(karpenter["default"], "1.15.2");
     assert!(
         karpenter["releases"]
             .as_array()
@@ -175,7 +175,7 @@ fn validate_warns_at_the_stale_pin_and_refuses_a_ccm_of_another_minor() {
     assert_eq!(out.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&out.stderr)
-            .contains("10:22: spec.kubernetesVersion: Kubernetes 1.27 is outside what Karpenter 1.14.3 supports (1.29–1.36)")
+            .contains("10:22: spec.kubernetesVersion: Kubernetes 1.27 is outside what Karpenter 1.15.2 supports (1.29–1.36)")
     );
 }
 
@@ -195,7 +195,7 @@ fn images_lists_every_image_with_its_digest_or_how_to_pin_it() {
         "registry.k8s.io/provider-aws/cloud-controller-manager:v1.35.3",
         "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.64.0",
         "public.ecr.aws/csi-components/csi-provisioner:v6.3.0-eksbuild.4",
-        "public.ecr.aws/karpenter/controller:1.14.3",
+        "public.ecr.aws/karpenter/controller:1.15.2",
         "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
         "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
         "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
