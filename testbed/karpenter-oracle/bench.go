@@ -2,7 +2,7 @@ package main
 
 // Karpenter's scheduling benchmark shapes, mirrored from
 // pkg/controllers/provisioning/scheduling/scheduling_benchmark_test.go at
-// v1.14.0: 400 instance types from fake.InstanceTypes(400), one NodePool
+// v1.15.0: 400 instance types from fake.InstanceTypes(400), one NodePool
 // with huge limits, and makeDiversePods(n): n/5 each of generic pods, zone
 // topology spread, hostname topology spread, zone self-affinity and
 // hostname anti-affinity, the remainder generic. The inputs are built as a
@@ -95,7 +95,7 @@ func cmdBench(args []string) error {
 func benchScenario(count int) *Scenario {
 	sc := &Scenario{
 		Name:        fmt.Sprintf("bench-%d", count),
-		Description: fmt.Sprintf("Karpenter v1.14.0 scheduling benchmark shape: fake.InstanceTypes(400), makeDiversePods(%d)", count),
+		Description: fmt.Sprintf("Karpenter v1.15.0 scheduling benchmark shape: fake.InstanceTypes(400), makeDiversePods(%d)", count),
 		Tags:        []string{"benchmark"},
 	}
 	np := newPool("default")

@@ -1,7 +1,7 @@
 package main
 
 // The disruption oracle: one pass of Karpenter's disruption controller
-// (sigs.k8s.io/karpenter v1.14.0 pkg/controllers/disruption, Controller.disrupt
+// (sigs.k8s.io/karpenter v1.15.0 pkg/controllers/disruption, Controller.disrupt
 // for each method in NewMethods' order) on a scenario's cluster state, with the
 // same fake cloud provider, fake client and cluster state as the provisioning
 // oracle, and a fake clock at the scenario's "now". See docs/fidelity.md
@@ -164,7 +164,7 @@ func disruptOnce(sc *Scenario, cfg RunConfig) (DisruptOutcome, time.Duration, er
 	v := disruption.WithValidator(acceptAll{})
 	methods := []disruption.Method{
 		disruption.NewEmptiness(c, v),
-		disruption.NewStaticDrift(b.cluster, b.provisioner, b.cloudProvider),
+		disruption.NewStaticDrift(b.cluster, b.provisioner, b.cloudProvider, recorder),
 		disruption.NewDrift(b.kubeClient, b.cluster, b.provisioner, recorder, clk),
 		disruption.NewMultiNodeConsolidation(c, v),
 		disruption.NewSingleNodeConsolidation(c, v),

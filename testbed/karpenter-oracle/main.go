@@ -1,5 +1,5 @@
 // Command karpenter-oracle runs Karpenter's provisioning scheduler
-// (sigs.k8s.io/karpenter v1.14.0) in-process on scenario files, so that the
+// (sigs.k8s.io/karpenter v1.15.0) in-process on scenario files, so that the
 // Rust re-implementation in crates/sim can be compared against it.
 // Test tooling only; see README.md and docs/fidelity.md.
 package main

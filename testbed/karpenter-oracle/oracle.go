@@ -1,7 +1,7 @@
 package main
 
 // The oracle: Karpenter's own provisioning scheduler (sigs.k8s.io/karpenter
-// v1.14.0) run in-process, wired as Provisioner.Schedule wires it, against a
+// v1.15.0) run in-process, wired as Provisioner.Schedule wires it, against a
 // controller-runtime fake client, Karpenter's cluster state and the fake
 // cloud provider. No apiserver. See docs/fidelity.md "The oracle".
 
@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/karpenter/pkg/operator/logging"
 	"sigs.k8s.io/karpenter/pkg/operator/options"
 	"sigs.k8s.io/karpenter/pkg/scheduling"
+	"sigs.k8s.io/karpenter/pkg/state/virtualpods"
 	"sigs.k8s.io/karpenter/pkg/test"
 	testv1alpha1 "sigs.k8s.io/karpenter/pkg/test/v1alpha1"
 	podutils "sigs.k8s.io/karpenter/pkg/utils/pod"
@@ -419,7 +420,7 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		}
 	}
 	recorder := events.NewRecorder(&record.FakeRecorder{})
-	prov := provisioning.NewProvisioner(kubeClient, recorder, cp, cluster, clk, nil)
+	prov := provisioning.NewProvisioner(kubeClient, recorder, cp, cluster, clk, nil, virtualpods.NewVirtualPodCache(kubeClient))
 	return &built{
 		nodeClaims:    nodeClaims,
 		pools:         pools,
