@@ -1,9 +1,11 @@
 //! `apply`: ordered server-side apply of a spec's bundle, a rendered bundle directory or
-//! manifest files, after a server-side dry run of every object.
+//! manifest files, after a server-side dry run of every object. This file reads the inputs
+//! and flags and prints; the workflow is `kk_live::apply::workflow`.
 
 use std::path::Path;
 
-use kk_live::{ApplyError, ApplyOptions, ClientOptions};
+use kk_live::apply::workflow::{self, Objects, Request};
+use kk_live::{ApplyOptions, ClientOptions};
 use kk_model::yaml::{LoadLimits, load_documents};
 use kk_render::Bundle;
 use serde_json::Value;
@@ -74,37 +76,11 @@ pub struct ApplyArgs {
     output: String,
 }
 
-fn read_manifests(text: &str, source: &str, out: &mut Vec<(String, Value)>) -> Result<(), Failure> {
+fn read_manifests(text: &str, source: &str, out: &mut Objects) -> Result<(), Failure> {
     let docs = load_documents(text, LoadLimits::default())
         .map_err(|e| Failure(format!("{source}:{e}")))?;
     out.extend(docs.into_iter().map(|d| (source.to_owned(), d.value)));
     Ok(())
-}
-
-/// (source, object) pairs in apply order.
-type Objects = Vec<(String, Value)>;
-
-/// Objects for each cluster, in order, and what the specs say about reaching the clusters.
-#[derive(Default)]
-struct Collected {
-    /// kubean/ of a bundle or spec: Kubean's management cluster.
-    management: Vec<(String, Value)>,
-    /// Everything else: the new cluster.
-    cluster: Vec<(String, Value)>,
-    management_access: Option<ClientOptions>,
-    cluster_access: Option<ClientOptions>,
-    /// The spec and its bundle, when a spec was given (the AWS and Helm steps need them).
-    spec: Option<(kk_spec::ElasticCluster, Bundle)>,
-}
-
-impl Collected {
-    fn push(&mut self, source: String, rel: &str, value: Value) {
-        if rel.starts_with("kubean/") {
-            self.management.push((source, value));
-        } else {
-            self.cluster.push((source, value));
-        }
-    }
 }
 
 fn access_of(access: &Option<kk_spec::ClusterAccess>, base: &Path) -> Option<ClientOptions> {
@@ -114,10 +90,19 @@ fn access_of(access: &Option<kk_spec::ClusterAccess>, base: &Path) -> Option<Cli
     })
 }
 
+/// What the inputs say: each object routed to its cluster, the spec's bundle, and how the
+/// spec says to reach each cluster.
+#[derive(Default)]
+struct Collected {
+    request: Request,
+    management_access: Option<ClientOptions>,
+    cluster_access: Option<ClientOptions>,
+}
+
 /// Everything to apply, in order.
 fn collect(paths: &[String]) -> Result<Collected, Failure> {
     let mut collected = Collected::default();
-    let mut objects = Vec::new();
+    let mut plain = Vec::new();
     for arg in paths {
         let read = crate::sources::read_arg(arg)?;
         if read.bundle {
@@ -126,21 +111,23 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
             let bundle =
                 Bundle::from_files(files.collect()).map_err(|e| Failure(format!("{arg}/{e}")))?;
             for (rel, value) in bundle.manifests() {
-                collected.push(format!("{arg}/{rel}"), &rel, value);
+                collected.request.push(format!("{arg}/{rel}"), &rel, value);
             }
             continue;
         }
         for source in read.sources {
             let Some(loaded) = &source.spec else {
-                read_manifests(&source.text, &source.name, &mut objects)?;
+                read_manifests(&source.text, &source.name, &mut plain)?;
                 continue;
             };
             let base = &source.base_dir;
             let bundle = crate::files::render_spec(loaded, base)?;
             for (rel, value) in bundle.manifests() {
-                collected.push(format!("{}#{rel}", source.name), &rel, value);
+                collected
+                    .request
+                    .push(format!("{}#{rel}", source.name), &rel, value);
             }
-            collected.spec = Some((loaded.spec.clone(), bundle.clone()));
+            collected.request.spec = Some((loaded.spec.clone(), bundle));
             let spec = &loaded.spec.spec;
             collected.management_access = collected
                 .management_access
@@ -149,364 +136,92 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
         }
     }
     // Plain manifests go to the new cluster.
-    collected.cluster.extend(objects);
+    collected.request.cluster.extend(plain);
     Ok(collected)
 }
 
-/// Namespaces first: a namespaced object is refused, even in a dry run, until its namespace
-/// exists. Namespaces the batch creates are applied (or, with --dry-run=server, checked) on
-/// their own before the rest.
-fn namespaces_first(objects: Objects) -> (Objects, Objects) {
-    objects
-        .into_iter()
-        .partition(|(_, v)| v["kind"] == "Namespace" && v["apiVersion"] == "v1")
-}
-
 pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
-    let collected = collect(&args.paths)?;
-    if collected.management.is_empty() && collected.cluster.is_empty() {
-        return Err(Failure("nothing to apply".into()));
-    }
-    let options = ApplyOptions {
-        dry_run: args.dry_run == "server",
-        field_manager: args.field_manager.clone(),
-        force_conflicts: args.force_conflicts,
-        ..Default::default()
-    };
+    let Collected {
+        mut request,
+        management_access,
+        cluster_access,
+    } = collect(&args.paths)?;
     // The new cluster: flags, then the spec's access, then the default kubeconfig.
-    let cluster_options = if args.kubeconfig.is_some() || args.context.is_some() {
+    request.cluster_access = if args.kubeconfig.is_some() || args.context.is_some() {
         ClientOptions {
             kubeconfig: args.kubeconfig.clone(),
             context: args.context.clone(),
         }
     } else {
-        collected.cluster_access.clone().unwrap_or_default()
+        cluster_access.unwrap_or_default()
     };
     // The management cluster is never guessed: kubean/ must not land in the cluster it builds.
-    let management_options = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
+    request.management_access = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
         Some(ClientOptions {
             kubeconfig: args
                 .mgmt_kubeconfig
                 .clone()
-                .or_else(|| cluster_options.kubeconfig.clone()),
+                .or_else(|| request.cluster_access.kubeconfig.clone()),
             context: args.mgmt_context.clone(),
         })
     } else {
-        collected.management_access.clone()
+        management_access
     };
-    if !collected.management.is_empty() && management_options.is_none() {
-        return Err(Failure(format!(
-            "{} kubean/ object(s) belong to the management cluster where Kubean runs, not to the \
-             cluster it builds: pass --mgmt-context (and --mgmt-kubeconfig) or set \
-             spec.kubean.managementCluster",
-            collected.management.len()
-        )));
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let verb = if options.dry_run {
+    request.options = ApplyOptions {
+        dry_run: args.dry_run == "server",
+        field_manager: args.field_manager.clone(),
+        force_conflicts: args.force_conflicts,
+        ..Default::default()
+    };
+    request.aws = !args.skip_aws;
+    request.helm = !args.skip_helm;
+    request.diff = args.diff;
+    request.prune = args.prune;
+    request.prune_nodepools = args.prune_nodepools;
+    request.controller_role = args.controller_role.clone();
+    request.rotator_role = args.rotator_role.clone();
+    let verb = if request.options.dry_run {
         "accepted (server dry run)"
     } else {
         "applied"
     };
-    let plan_only = options.dry_run || args.diff;
-    // Every step after the one that failed, for the "not applied" list.
-    let mut later: Vec<String> = Vec::new();
-    if collected.spec.is_some() {
-        if !args.skip_helm {
-            later.push("Helm releases".into());
-        }
-        later.push("Kubernetes objects".into());
-    }
-    if let Some((spec, bundle)) = &collected.spec
-        && !args.skip_aws
-    {
-        let mut desired = crate::apply_aws::desired(
-            spec,
-            bundle,
-            args.controller_role.clone(),
-            args.rotator_role.clone(),
-        )?;
-        desired.prune = args.prune;
-        let region = spec.spec.aws.region.clone();
-        let result = runtime.block_on(async {
-            let sdk = kk_live::store::aws_config(Some(region), None)
-                .await
-                .map_err(|e| Failure(format!("aws: {e}")))?;
-            Ok::<_, Failure>(kk_live::aws_apply::reconcile(&sdk, &desired, plan_only).await)
-        })?;
-        match result {
-            Ok(outcome) => crate::apply_aws::report(&outcome, plan_only),
-            Err(e) => {
-                crate::apply_aws::report(&e.outcome, plan_only);
-                let done: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
-                let mut not_applied = e.not_attempted.clone();
-                not_applied.extend(later);
-                return Err(Failure(format!(
-                    "aws: step \"{}\" failed: {}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
-                    e.failed,
-                    e.error,
-                    if done.is_empty() {
-                        "nothing".to_owned()
-                    } else {
-                        done.join(", ")
-                    },
-                    not_applied.join(", ")
-                )));
-            }
-        }
-    }
-    let helm_releases = match &collected.spec {
-        Some((spec, bundle)) if !args.skip_helm && !args.diff => {
-            Some((crate::apply_aws::releases(spec, bundle), bundle.clone()))
-        }
-        _ => None,
-    };
-    let mut applied = Vec::new();
-    let mut unchecked: Vec<String> = Vec::new();
-    let mut batches: Vec<(&str, ClientOptions, Objects)> = Vec::new();
-    if let Some(mgmt) = management_options {
-        let (namespaces, rest) = namespaces_first(collected.management);
-        batches.push(("management cluster", mgmt.clone(), namespaces));
-        batches.push(("management cluster", mgmt, rest));
-    }
-    let (namespaces, rest) = namespaces_first(collected.cluster);
-    batches.push(("new cluster", cluster_options.clone(), namespaces));
-    batches.push(("new cluster", cluster_options.clone(), rest));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut progress = |line: String| eprintln!("{line}");
+    let outcome = runtime
+        .block_on(workflow::run(request, &mut progress))
+        .map_err(|e| Failure(e.0))?;
     if args.diff {
         let mut changed = 0;
-        for (which, client_options, objects) in &batches {
-            if objects.is_empty() {
-                continue;
-            }
-            let diffs = runtime.block_on(async {
-                let client = kk_live::make_client(client_options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: {e}")))?;
-                kk_live::apply::diff_all(&client, objects, &options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: {e}")))
-            })?;
-            for (object, changes) in diffs {
-                if changes.is_empty() {
-                    println!("{object}: unchanged");
-                } else {
-                    changed += 1;
-                    println!("{object}:");
-                    for c in changes {
-                        println!("  {c}");
-                    }
+        for (object, changes) in &outcome.diffs {
+            if changes.is_empty() {
+                println!("{object}: unchanged");
+            } else {
+                changed += 1;
+                println!("{object}:");
+                for c in changes {
+                    println!("  {c}");
                 }
             }
         }
         eprintln!("{changed} object(s) would change");
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    let last_batch = batches.len() - 1;
-    // What each cluster should hold, for --prune.
-    let mut wanted: Vec<(&str, ClientOptions, Objects)> = Vec::new();
-    {
-        for (which, client_options, objects) in &batches {
-            match wanted.iter_mut().find(|(w, _, _)| w == which) {
-                Some((_, _, all)) => all.extend(objects.iter().cloned()),
-                None => wanted.push((which, client_options.clone(), objects.clone())),
-            }
-        }
-    }
-    // Namespaces of the batch so far: in a dry run they are not created, so objects in them
-    // cannot be checked yet (the apiserver answers 404 for the namespace).
-    let mut batch_namespaces: Vec<String> = Vec::new();
-    for (index, (which, client_options, mut objects)) in batches.into_iter().enumerate() {
-        // Helm after the new cluster's namespaces, before its other objects (the charts
-        // install the CRDs and controllers those objects need).
-        if index == last_batch
-            && let Some((releases, bundle)) = &helm_releases
-        {
-            for (release, action) in crate::apply_aws::helm(
-                releases,
-                bundle,
-                client_options.kubeconfig.as_deref(),
-                client_options.context.as_deref(),
-                options.dry_run,
-            )? {
-                eprintln!("helm: {release}: {action}");
-            }
-        }
-        if objects.is_empty() {
-            continue;
-        }
-        eprintln!(
-            "{which}: checking {} objects with a server-side dry run",
-            objects.len()
-        );
-        let run = |objects: &[(String, Value)]| {
-            runtime.block_on(async {
-                let client = kk_live::make_client(&client_options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: {e}")))?;
-                Ok::<_, Failure>(kk_live::apply_all(&client, objects, &options).await)
-            })
-        };
-        let mut result = run(&objects)?;
-        if options.dry_run
-            && let Err(ApplyError::Refused(refusals)) = &result
-        {
-            let missing: Vec<&String> = batch_namespaces
-                .iter()
-                .filter(|ns| {
-                    refusals.iter().any(|r| {
-                        r.code == 404
-                            && r.message
-                                .contains(&format!("namespaces \"{ns}\" not found"))
-                    })
-                })
-                .collect();
-            let only_missing = refusals.iter().all(|r| {
-                r.code == 404
-                    && missing.iter().any(|ns| {
-                        r.message
-                            .contains(&format!("namespaces \"{ns}\" not found"))
-                    })
-            });
-            if only_missing {
-                let (skipped, rest): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, v)| {
-                    v["metadata"]["namespace"]
-                        .as_str()
-                        .is_some_and(|ns| missing.iter().any(|m| *m == ns))
-                });
-                unchecked.extend(skipped.iter().map(|(source, v)| {
-                    format!(
-                        "{source}: {}/{}",
-                        v["kind"].as_str().unwrap_or_default(),
-                        v["metadata"]["name"].as_str().unwrap_or_default()
-                    )
-                }));
-                objects = rest;
-                result = run(&objects)?;
-            }
-        }
-        for (_, v) in &objects {
-            if v["kind"] == "Namespace"
-                && let Some(name) = v["metadata"]["name"].as_str()
-            {
-                batch_namespaces.push(name.to_owned());
-            }
-        }
-        match result {
-            Ok(done) => applied.extend(done),
-            Err(ApplyError::Refused(refusals)) => {
-                let mut message = String::new();
-                for r in &refusals {
-                    message.push_str(&format!("{r}\nerror: "));
-                }
-                message.push_str(&format!(
-                    "{} object(s) refused by the {which}'s apiserver; {}",
-                    refusals.len(),
-                    if applied.is_empty() || options.dry_run {
-                        "nothing applied".to_owned()
-                    } else {
-                        format!("nothing more applied ({} applied before)", applied.len())
-                    }
-                ));
-                return Err(Failure(message));
-            }
-            Err(ApplyError::Partial {
-                applied: done,
-                refusal,
-                not_applied,
-            }) => {
-                let mut now: Vec<String> = applied
-                    .iter()
-                    .chain(done.iter())
-                    .map(|a: &kk_live::Applied| format!("{}/{}", a.kind, a.name))
-                    .collect();
-                if now.is_empty() {
-                    now.push("nothing".into());
-                }
-                return Err(Failure(format!(
-                    "{refusal}\n{which}: the apiserver refused an object after the dry run passed\napplied: {}\nnot applied: {}\nre-running apply resumes: server-side apply of what is already there changes nothing",
-                    now.join(", "),
-                    std::iter::once(refusal.object.clone())
-                        .chain(not_applied)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-            Err(other) => return Err(Failure(format!("{which}: {other}"))),
-        }
-    }
-    // The inventory of each cluster: what this spec's applies created there. --prune deletes
-    // what is recorded and no longer in the bundle; without it, new objects are added.
-    if !options.dry_run
-        && let Some((spec, _)) = &collected.spec
-    {
-        let cluster = spec.metadata.name.clone();
-        for (which, client_options, objects) in &wanted {
-            let lines = runtime.block_on(async {
-                let client = kk_live::make_client(client_options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: {e}")))?;
-                let keep = kk_live::apply::inventory_lines(&client, objects, &options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: {e}")))?;
-                let recorded = kk_live::apply::read_inventory(&client, &cluster)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: read the inventory: {e}")))?;
-                let mut lines = Vec::new();
-                let mut next: std::collections::BTreeSet<String> =
-                    recorded.union(&keep).cloned().collect();
-                if args.prune {
-                    let candidates = kk_live::apply::prune_candidates(&client, &recorded, &keep)
-                        .await
-                        .map_err(|e| Failure(format!("{which}: {e}")))?;
-                    next = keep.clone();
-                    for (object, resource, namespace, name) in candidates {
-                        if resource.kind == "NodePool" && !args.prune_nodepools {
-                            lines.push(format!(
-                                "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
-                            ));
-                            next.insert(format!(
-                                "{} {} {} {name}",
-                                resource.api_version,
-                                resource.kind,
-                                namespace.as_deref().unwrap_or("-")
-                            ));
-                            continue;
-                        }
-                        kk_live::apply::delete(&client, &resource, namespace.as_deref(), &name)
-                            .await
-                            .map_err(|e| Failure(format!("{which}: delete {object}: {e}")))?;
-                        lines.push(format!("{object} pruned"));
-                    }
-                }
-                kk_live::apply::write_inventory(&client, &cluster, &next, &options)
-                    .await
-                    .map_err(|e| Failure(format!("{which}: record the inventory: {e}")))?;
-                Ok::<_, Failure>(lines)
-            })?;
-            for line in lines {
-                eprintln!("{which}: {line}");
-            }
-        }
-    } else if args.prune && !options.dry_run {
-        return Err(Failure(
-            "--prune needs a spec: its cluster name scopes what may be deleted".into(),
-        ));
-    }
-    for u in &unchecked {
+    for u in &outcome.unchecked {
         eprintln!(
             "{u}: not checked: its namespace is created by this apply (a dry run creates nothing)"
         );
     }
     if args.output == "json" {
-        let list: Vec<Value> = applied
+        let list: Vec<Value> = outcome
+            .applied
             .iter()
             .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "resourceVersion": a.resource_version, "result": verb}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&list)?);
     } else {
-        for a in &applied {
+        for a in &outcome.applied {
             let ns = a
                 .namespace
                 .as_deref()

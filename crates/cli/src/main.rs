@@ -8,7 +8,6 @@
 
 mod ami_cmd;
 mod ami_pin_cmd;
-mod apply_aws;
 mod apply_cmd;
 mod catalog_cmd;
 mod completion_cmd;

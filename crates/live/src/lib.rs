@@ -3,9 +3,9 @@
 //!
 //! - Clients: [`client`] builds kube clients the way kubectl does; [`kubeconf`] reads the
 //!   kubeconfig Kubean stored for the cluster it built; [`cahash`] the CA hash a join pins.
-//! - `apply`: [`apply`] server-side-applies objects in order and keeps the apiserver's own
-//!   words when it refuses one; [`aws_apply`] does apply's AWS side; [`aws_error`] is the one
-//!   shape of a failed EC2 or IAM call.
+//! - [`apply`]: the whole `apply` workflow — AWS side, Helm releases, ordered server-side apply
+//!   of both clusters' objects, inventory and prune; [`aws_error`] is the one shape of a failed
+//!   EC2 or IAM call.
 //! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
@@ -17,15 +17,12 @@
 
 pub mod ami;
 pub mod apply;
-pub mod aws_apply;
 pub mod aws_error;
 pub mod cahash;
 pub mod client;
 pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
-pub mod efa_apply;
-pub mod interruption_apply;
 pub mod kubeconf;
 pub mod store;
 #[doc(hidden)]

@@ -158,5 +158,5 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         "cloud/node-registration-policy.yaml",
         &crate::node_registration::manifests(),
     )?;
-    bundle.add_values("cloud/ebs-csi-values.yaml", ebs_csi_values(cluster))
+    bundle.add_release(crate::helm::ebs_csi_driver(), ebs_csi_values(cluster))
 }

@@ -90,5 +90,5 @@ pub fn render(
         &format!("namespaces/{}.yaml", cluster.spec.karpenter.namespace),
         &[namespace(cluster)],
     )?;
-    bundle.add_values("karpenter/values.yaml", values(cluster, ca))
+    bundle.add_release(crate::helm::karpenter(cluster), values(cluster, ca))
 }

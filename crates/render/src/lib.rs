@@ -15,6 +15,7 @@ mod csr_approver;
 pub mod dashboard;
 mod efa;
 mod gpu;
+pub mod helm;
 mod iam;
 pub mod interruption;
 mod join_rbac;
@@ -38,6 +39,7 @@ use std::collections::BTreeMap;
 use kk_spec::ElasticCluster;
 use serde_json::Value;
 
+pub use helm::HelmRelease;
 pub use kk_spec::ca::{CaError, ClusterCa};
 
 /// Why a spec that passed validation still cannot be rendered.
@@ -90,6 +92,18 @@ pub struct Bundle {
     pub files: BTreeMap<String, String>,
     kinds: BTreeMap<String, FileKind>,
     objects: BTreeMap<String, Vec<Value>>,
+    /// The Helm releases, in install order (a bundle read back from files has none: only a
+    /// rendered spec says which chart and version its values are for).
+    releases: Vec<HelmRelease>,
+}
+
+/// The cluster a bundle file is applied to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Where Kubean runs: its Cluster, ClusterOperation and their ConfigMaps.
+    Management,
+    /// The cluster Kubean builds: everything else.
+    NewCluster,
 }
 
 impl Bundle {
@@ -99,6 +113,23 @@ impl Bundle {
 
     fn add_values(&mut self, path: &str, values: Value) -> Result<(), RenderError> {
         self.add_yaml_as(path, &[values], FileKind::HelmValues)
+    }
+
+    /// A Helm release and its values file.
+    fn add_release(&mut self, release: HelmRelease, values: Value) -> Result<(), RenderError> {
+        self.add_values(&release.values_file, values)?;
+        self.releases.push(release);
+        Ok(())
+    }
+
+    /// The Helm releases `apply` installs and ORDER.md names, in that order.
+    pub fn helm_releases(&self) -> &[HelmRelease] {
+        &self.releases
+    }
+
+    /// Which cluster the file at `path` is applied to.
+    pub fn target(path: &str) -> Target {
+        order::target(path)
     }
 
     fn add_yaml_as(

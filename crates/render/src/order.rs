@@ -5,28 +5,37 @@ use std::fmt::Write as _;
 
 use kk_spec::{ElasticCluster, JoinMode};
 
-use crate::{Bundle, FileKind, names};
+use crate::{Bundle, FileKind, Target, names};
 use kk_spec::ca::ClusterCa;
 
-/// Directories of Kubernetes manifests, in the order they must be applied.
-const APPLY_ORDER: [&str; 10] = [
-    "kubean/",
-    "namespaces/",
-    "cloud/",
-    "authenticator/",
-    "rotator/",
-    "gpu/",
-    "efa/",
-    "nodeclasses/",
-    "nodepools/",
-    "verify/",
+/// Directories of Kubernetes manifests, in the order they must be applied, and the cluster
+/// each goes to.
+const APPLY_ORDER: [(&str, Target); 10] = [
+    ("kubean/", Target::Management),
+    ("namespaces/", Target::NewCluster),
+    ("cloud/", Target::NewCluster),
+    ("authenticator/", Target::NewCluster),
+    ("rotator/", Target::NewCluster),
+    ("gpu/", Target::NewCluster),
+    ("efa/", Target::NewCluster),
+    ("nodeclasses/", Target::NewCluster),
+    ("nodepools/", Target::NewCluster),
+    ("verify/", Target::NewCluster),
 ];
+
+/// The cluster of a bundle path: its directory's, else the new cluster.
+pub fn target(path: &str) -> Target {
+    APPLY_ORDER
+        .iter()
+        .find(|(dir, _)| path.starts_with(dir))
+        .map_or(Target::NewCluster, |(_, target)| *target)
+}
 
 /// The manifests in apply order: by directory in [`APPLY_ORDER`], then by path. Helm values
 /// and documents are never among them (their [`FileKind`] says so).
 pub fn manifest_paths(bundle: &Bundle) -> Vec<String> {
     let mut out = Vec::new();
-    for dir in APPLY_ORDER {
+    for (dir, _) in APPLY_ORDER {
         for path in bundle.files.keys() {
             if path.starts_with(dir) && bundle.kind(path) == Some(FileKind::Manifest) {
                 out.push(path.clone());
@@ -100,6 +109,16 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // The Helm releases apply installs, as render registered them.
+    let release = |name: &str| {
+        bundle
+            .helm_releases()
+            .iter()
+            .find(|r| r.name == name)
+            .cloned()
+            .expect("render registers both Helm releases before ORDER.md")
+    };
+    let (ebs, karpenter) = (release("aws-ebs-csi-driver"), release("karpenter"));
     let mut s = String::new();
     let w = &mut s;
     let _ = writeln!(
@@ -121,15 +140,12 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     );
     let _ = writeln!(
         w,
-        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance); install the aws-ebs-csi-driver chart {} with `cloud/ebs-csi-values.yaml` (`helm upgrade --install aws-ebs-csi-driver aws-ebs-csi-driver --repo {} --version {} --namespace kube-system -f cloud/ebs-csi-values.yaml`).",
+        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance); install the aws-ebs-csi-driver chart {} with `{}` (`{}`).",
         files("namespaces/"),
         spec.kubean.network_plugin,
-        kk_spec::versions::default_version(kk_spec::versions::EBS_CSI_DRIVER),
-        kk_spec::versions::component(kk_spec::versions::EBS_CSI_DRIVER)
-            .chart
-            .as_ref()
-            .map_or("", |c| c.repository.as_str()),
-        kk_spec::versions::default_version(kk_spec::versions::EBS_CSI_DRIVER),
+        ebs.version,
+        ebs.values_file,
+        ebs.command_line(),
     );
     if crate::authenticator::enabled(cluster).is_some() {
         let _ = writeln!(
@@ -186,8 +202,9 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
     let _ = writeln!(
         w,
-        "5. **Karpenter** {}: `helm upgrade --install karpenter oci://public.ecr.aws/karpenter/karpenter --version {} --namespace {} --create-namespace -f karpenter/values.yaml`.",
-        spec.karpenter.version, spec.karpenter.version, spec.karpenter.namespace
+        "5. **Karpenter** {}: `{}`.",
+        karpenter.version,
+        karpenter.command_line()
     );
     let _ = writeln!(
         w,

@@ -7,7 +7,7 @@
 
 use aws_sdk_ec2::types::{IpPermission, SecurityGroup, UserIdGroupPair};
 
-use crate::aws_apply::{AwsDesired, Run, StepError};
+use super::aws::{AwsDesired, Run, StepError};
 use crate::aws_error::AwsCallError;
 
 const DESCRIPTION: &str = "kubean-karpenter: EFA, all traffic within the node security group";

@@ -41,7 +41,7 @@ pub struct AwsDesired {
     /// A pool uses EFA: every node security group admits all traffic from itself.
     pub efa: bool,
     /// The interruption queue and its EventBridge rules (`interruption/`), when the spec has one.
-    pub interruption: Option<crate::interruption_apply::InterruptionDesired>,
+    pub interruption: Option<super::interruption::InterruptionDesired>,
     /// `--prune`: delete the interruption queue and rules this cluster created (by tag) that
     /// `interruption` no longer names.
     pub prune: bool,

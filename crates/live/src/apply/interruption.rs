@@ -1,4 +1,4 @@
-//! `apply`'s interruption steps (after the IAM and EC2 ones in [`crate::aws_apply`]): the SQS
+//! `apply`'s interruption steps (after the IAM and EC2 ones in [`super::aws`]): the SQS
 //! queue Karpenter reads, its attributes and access policy, the EventBridge rules and their
 //! target, and, with `--prune`, deleting the ones this cluster created that the spec dropped.
 //!
@@ -12,7 +12,7 @@ use aws_sdk_eventbridge::types::{RuleState, Tag as RuleTag, Target};
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 
-use crate::aws_apply::{AwsDesired, Run, StepError};
+use super::aws::{AwsDesired, Run, StepError};
 use crate::aws_error::AwsCallError;
 use crate::store::CLUSTER_TAG;
 

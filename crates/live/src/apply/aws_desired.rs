@@ -1,0 +1,123 @@
+//! [`AwsDesired`] from a spec and its rendered bundle: the IAM documents of `iam/`, the
+//! interruption queue and rules of `interruption/`, the rest from the spec.
+
+use kk_render::Bundle;
+use kk_spec::ElasticCluster;
+use serde_json::Value;
+
+use super::aws::AwsDesired;
+use super::interruption::{InterruptionDesired, RuleDesired};
+
+fn json_file(bundle: &Bundle, path: &str) -> Result<Value, String> {
+    let text = bundle
+        .files
+        .get(path)
+        .ok_or_else(|| format!("the bundle has no {path}"))?;
+    serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))
+}
+
+impl AwsDesired {
+    /// What the account should hold; `controller_role` and `rotator_role` are the IAM roles
+    /// the controller and rotator policies are attached to, when known.
+    pub fn from_bundle(
+        spec: &ElasticCluster,
+        bundle: &Bundle,
+        controller_role: Option<String>,
+        rotator_role: Option<String>,
+    ) -> Result<AwsDesired, String> {
+        let name = &spec.metadata.name;
+        let aws = &spec.spec.aws;
+        let node_role = json_file(bundle, "iam/node-role.json")?;
+        let mut policies = vec![(
+            format!("KarpenterControllerPolicy-{name}"),
+            json_file(bundle, "iam/controller-policy.json")?,
+            controller_role,
+        )];
+        if bundle.files.contains_key("iam/rotator-policy.json") {
+            policies.push((
+                format!("KubeanKarpenterRotatorPolicy-{name}"),
+                json_file(bundle, "iam/rotator-policy.json")?,
+                rotator_role,
+            ));
+        }
+        let tag = |d: &kk_spec::Discovery| {
+            d.discovery_tag
+                .as_ref()
+                .map(|t| (t.key.clone(), t.value.clone()))
+        };
+        Ok(AwsDesired {
+            cluster: name.clone(),
+            node_role: aws.node_role.clone(),
+            trust_policy: json_file(bundle, "iam/node-role-trust-policy.json")?,
+            managed_policy_arns: node_role["managedPolicyArns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            inline_policies: node_role["inlinePolicies"]
+                .as_object()
+                .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default(),
+            instance_profile: aws.node_instance_profile.clone(),
+            policies,
+            subnet_ids: aws.subnets.ids.clone(),
+            subnet_tag: tag(&aws.subnets),
+            security_group_ids: aws.security_groups.ids.clone(),
+            security_group_tag: tag(&aws.security_groups),
+            kubean_instance_ips: spec
+                .spec
+                .kubean
+                .nodes
+                .iter()
+                .map(|n| n.ip.clone())
+                .collect(),
+            control_plane_security_group: aws.control_plane_security_group_id.clone(),
+            api_port: spec.spec.api_server.port,
+            efa: spec.spec.pools.iter().any(|p| p.efa),
+            interruption: interruption(bundle)?,
+            prune: false,
+        })
+    }
+}
+
+/// The interruption queue and rules `interruption/` describes; `None` when the bundle has none.
+fn interruption(bundle: &Bundle) -> Result<Option<InterruptionDesired>, String> {
+    if !bundle.files.contains_key("interruption/queue.json") {
+        return Ok(None);
+    }
+    let queue = json_file(bundle, "interruption/queue.json")?;
+    let text = |v: &Value, key: &str, path: &str| {
+        v[key]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{path}: no {key}"))
+    };
+    let rules = json_file(bundle, "interruption/rules.json")?;
+    Ok(Some(InterruptionDesired {
+        queue: text(&queue, "queueName", "interruption/queue.json")?,
+        queue_arn: text(&queue, "arn", "interruption/queue.json")?,
+        attributes: queue["attributes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect(),
+        policy: json_file(bundle, "interruption/queue-policy.json")?,
+        rules: rules
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                Ok(RuleDesired {
+                    name: text(r, "name", "interruption/rules.json")?,
+                    event_pattern: r["eventPattern"].clone(),
+                    description: format!(
+                        "kubean-karpenter: Karpenter interruption handling; {}",
+                        r["karpenter"].as_str().unwrap_or_default()
+                    ),
+                })
+            })
+            .collect::<Result<_, String>>()?,
+    }))
+}

@@ -1,0 +1,154 @@
+//! `apply`'s Helm step: each release of the bundle through the `helm` CLI (`$KK_HELM`, else
+//! `helm` on PATH), skipped when the installed chart version and values are already the
+//! bundle's (`helm upgrade` would add a revision for nothing).
+
+use std::path::Path;
+use std::process::Command;
+
+use kk_render::{Bundle, HelmRelease};
+use serde_json::Value;
+
+/// What a Helm step did to one release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelmAction {
+    pub release: String,
+    pub action: String,
+}
+
+/// A Helm step that could not run or was refused; its message says which command.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HelmError(pub String);
+
+impl From<std::io::Error> for HelmError {
+    fn from(e: std::io::Error) -> Self {
+        HelmError(format!("helm: {e}"))
+    }
+}
+
+/// The installed release's chart (`karpenter-1.15.2`) and user-supplied values, if any.
+fn installed(
+    helm: &str,
+    r: &HelmRelease,
+    kube: &[String],
+) -> Result<Option<(String, Value)>, HelmError> {
+    let list = Command::new(helm)
+        .args(["list", "--namespace", &r.namespace])
+        .args(["--filter", &format!("^{}$", r.name), "-o", "json"])
+        .args(kube)
+        .output()?;
+    if !list.status.success() {
+        return Err(HelmError(format!(
+            "helm list --namespace {}: {}",
+            r.namespace,
+            String::from_utf8_lossy(&list.stderr).trim()
+        )));
+    }
+    let releases: Value = serde_json::from_slice(&list.stdout).unwrap_or(Value::Null);
+    let Some(chart) = releases
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|r| r["chart"].as_str())
+        .map(str::to_owned)
+    else {
+        return Ok(None);
+    };
+    let values = Command::new(helm)
+        .args([
+            "get",
+            "values",
+            &r.name,
+            "--namespace",
+            &r.namespace,
+            "-o",
+            "json",
+        ])
+        .args(kube)
+        .output()?;
+    if !values.status.success() {
+        return Err(HelmError(format!(
+            "helm get values {}: {}",
+            r.name,
+            String::from_utf8_lossy(&values.stderr).trim()
+        )));
+    }
+    Ok(Some((
+        chart,
+        serde_json::from_slice(&values.stdout).unwrap_or(Value::Null),
+    )))
+}
+
+/// Installs or upgrades each of the bundle's releases in order, in the cluster `kubeconfig`
+/// and `context` name; with `dry_run`, `helm --dry-run=server`.
+pub fn install(
+    bundle: &Bundle,
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    dry_run: bool,
+) -> Result<Vec<HelmAction>, HelmError> {
+    let releases = bundle.helm_releases();
+    let dir = tempfile::tempdir()?;
+    let helm = std::env::var("KK_HELM").unwrap_or_else(|_| "helm".into());
+    let found = Command::new(&helm).arg("version").arg("--short").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        let commands: Vec<String> = releases.iter().map(HelmRelease::command_line).collect();
+        return Err(HelmError(format!(
+            "`helm` is not on PATH: install Helm 3, or run these yourself and re-run apply with --skip-helm:\n  {}",
+            commands.join("\n  ")
+        )));
+    }
+    let mut kube = Vec::new();
+    if let Some(k) = kubeconfig {
+        kube.extend(["--kubeconfig".to_owned(), k.display().to_string()]);
+    }
+    if let Some(c) = context {
+        kube.extend(["--kube-context".to_owned(), c.to_owned()]);
+    }
+    let mut done = Vec::new();
+    for r in releases {
+        let text = bundle
+            .files
+            .get(&r.values_file)
+            .ok_or_else(|| HelmError(format!("the bundle has no {}", r.values_file)))?;
+        // The values as render wrote them: no YAML parsed again.
+        let want = bundle
+            .objects(&r.values_file)
+            .first()
+            .cloned()
+            .unwrap_or(Value::Null);
+        let path = dir.path().join(r.values_file.replace('/', "-"));
+        std::fs::write(&path, text)?;
+        let current = installed(&helm, r, &kube)?;
+        let unchanged = current.as_ref().is_some_and(|(chart, values)| {
+            chart.ends_with(&format!("-{}", r.version)) && *values == want
+        });
+        let action = if unchanged {
+            "unchanged (chart and values as rendered; no new revision)".to_owned()
+        } else {
+            let mut args = r.command(&path.display().to_string());
+            args.remove(0);
+            if dry_run {
+                args.push("--dry-run=server".into());
+            }
+            args.extend(kube.iter().cloned());
+            let out = Command::new(&helm).args(&args).output()?;
+            if !out.status.success() {
+                return Err(HelmError(format!(
+                    "helm {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            match (current.is_some(), dry_run) {
+                (_, true) => "would install/upgrade (helm --dry-run=server)".into(),
+                (true, false) => "upgraded".into(),
+                (false, false) => "installed".into(),
+            }
+        };
+        done.push(HelmAction {
+            release: r.name.clone(),
+            action,
+        });
+    }
+    Ok(done)
+}

@@ -1,0 +1,430 @@
+//! The whole of `apply`, in ORDER.md's order: the AWS side (with a spec), then per cluster the
+//! namespaces, the Helm releases (new cluster, after its namespaces), the other objects, each
+//! batch checked by a server-side dry run first; then the inventory and `--prune`. A failure
+//! says what was applied and what was not, and re-running resumes.
+//!
+//! The CLI reads the inputs and prints; this module decides and calls.
+
+use std::collections::BTreeSet;
+
+use kk_render::{Bundle, Target};
+use kk_spec::ElasticCluster;
+use serde_json::Value;
+
+use super::aws::{AwsDesired, AwsOutcome};
+use super::kube::{self, Applied, ApplyError, ApplyOptions};
+use crate::ClientOptions;
+
+/// (source, object) pairs in apply order.
+pub type Objects = Vec<(String, Value)>;
+
+/// Everything one `apply` is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Objects for Kubean's management cluster, in order.
+    pub management: Objects,
+    /// Objects for the new cluster, in order.
+    pub cluster: Objects,
+    /// How to reach the management cluster; `None` refuses management objects.
+    pub management_access: Option<ClientOptions>,
+    pub cluster_access: ClientOptions,
+    /// The spec and its rendered bundle, when a spec was given: the AWS side, the Helm
+    /// releases and the inventory need them.
+    pub spec: Option<(ElasticCluster, Bundle)>,
+    pub options: ApplyOptions,
+    pub aws: bool,
+    pub helm: bool,
+    /// Show what would change and change nothing.
+    pub diff: bool,
+    pub prune: bool,
+    pub prune_nodepools: bool,
+    /// The IAM roles the controller and rotator policies are attached to.
+    pub controller_role: Option<String>,
+    pub rotator_role: Option<String>,
+}
+
+impl Request {
+    /// Routes one bundle object to the cluster render says its file belongs to.
+    pub fn push(&mut self, source: String, bundle_path: &str, value: Value) {
+        match Bundle::target(bundle_path) {
+            Target::Management => self.management.push((source, value)),
+            Target::NewCluster => self.cluster.push((source, value)),
+        }
+    }
+}
+
+/// What a finished `apply` did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub applied: Vec<Applied>,
+    /// With `diff`: each object and its changes (empty: unchanged).
+    pub diffs: Vec<(String, Vec<String>)>,
+    /// Objects a dry run could not check: their namespace is made by this apply.
+    pub unchecked: Vec<String>,
+}
+
+/// A failed `apply`, its message saying what was and was not applied.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkflowError(pub String);
+
+/// Progress on standard error: AWS calls, Helm actions, batches, prunes.
+pub type Progress<'a> = &'a mut dyn FnMut(String);
+
+/// Namespaces first: a namespaced object is refused, even in a dry run, until its namespace
+/// exists.
+fn namespaces_first(objects: Objects) -> (Objects, Objects) {
+    objects
+        .into_iter()
+        .partition(|(_, v)| v["kind"] == "Namespace" && v["apiVersion"] == "v1")
+}
+
+fn aws_report(outcome: &AwsOutcome, plan_only: bool, progress: Progress) {
+    let verb = if plan_only { "would call" } else { "called" };
+    for w in &outcome.writes {
+        progress(format!("aws: {verb} {w}"));
+    }
+    for n in &outcome.notes {
+        progress(format!("aws: note: {n}"));
+    }
+    progress(format!(
+        "aws: {} write(s), {} read(s){}",
+        outcome.writes.len(),
+        outcome.reads,
+        if outcome.writes.is_empty() {
+            " — already as the spec says"
+        } else {
+            ""
+        }
+    ));
+}
+
+async fn aws_side(
+    request: &Request,
+    spec: &ElasticCluster,
+    bundle: &Bundle,
+    later: &[String],
+    progress: Progress<'_>,
+) -> Result<(), WorkflowError> {
+    let plan_only = request.options.dry_run || request.diff;
+    let mut desired = AwsDesired::from_bundle(
+        spec,
+        bundle,
+        request.controller_role.clone(),
+        request.rotator_role.clone(),
+    )
+    .map_err(WorkflowError)?;
+    desired.prune = request.prune;
+    let sdk = crate::store::aws_config(Some(spec.spec.aws.region.clone()), None)
+        .await
+        .map_err(|e| WorkflowError(format!("aws: {e}")))?;
+    match super::aws::reconcile(&sdk, &desired, plan_only).await {
+        Ok(outcome) => {
+            aws_report(&outcome, plan_only, progress);
+            Ok(())
+        }
+        Err(e) => {
+            aws_report(&e.outcome, plan_only, progress);
+            let done: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
+            let mut not_applied = e.not_attempted.clone();
+            not_applied.extend(later.iter().cloned());
+            Err(WorkflowError(format!(
+                "aws: step \"{}\" failed: {}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
+                e.failed,
+                e.error,
+                if done.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    done.join(", ")
+                },
+                not_applied.join(", ")
+            )))
+        }
+    }
+}
+
+/// One batch of objects for one cluster.
+struct Batch {
+    which: &'static str,
+    access: ClientOptions,
+    objects: Objects,
+}
+
+async fn client(which: &str, access: &ClientOptions) -> Result<::kube::Client, WorkflowError> {
+    crate::make_client(access)
+        .await
+        .map_err(|e| WorkflowError(format!("{which}: {e}")))
+}
+
+/// Runs `request`. The management cluster is never guessed: management objects without
+/// `management_access` are refused before anything is called.
+pub async fn run(request: Request, progress: Progress<'_>) -> Result<Outcome, WorkflowError> {
+    if request.management.is_empty() && request.cluster.is_empty() {
+        return Err(WorkflowError("nothing to apply".into()));
+    }
+    if !request.management.is_empty() && request.management_access.is_none() {
+        return Err(WorkflowError(format!(
+            "{} kubean/ object(s) belong to the management cluster where Kubean runs, not to the \
+             cluster it builds: pass --mgmt-context (and --mgmt-kubeconfig) or set \
+             spec.kubean.managementCluster",
+            request.management.len()
+        )));
+    }
+    let options = request.options.clone();
+    // Every step after the one that failed, for the "not applied" list.
+    let mut later: Vec<String> = Vec::new();
+    if request.spec.is_some() {
+        if request.helm {
+            later.push("Helm releases".into());
+        }
+        later.push("Kubernetes objects".into());
+    }
+    if let Some((spec, bundle)) = &request.spec
+        && request.aws
+    {
+        aws_side(&request, spec, bundle, &later, &mut *progress).await?;
+    }
+    let helm_bundle = match &request.spec {
+        Some((_, bundle)) if request.helm && !request.diff => Some(bundle.clone()),
+        _ => None,
+    };
+    let mut batches: Vec<Batch> = Vec::new();
+    if let Some(access) = &request.management_access {
+        let (namespaces, rest) = namespaces_first(request.management.clone());
+        for objects in [namespaces, rest] {
+            batches.push(Batch {
+                which: "management cluster",
+                access: access.clone(),
+                objects,
+            });
+        }
+    }
+    let (namespaces, rest) = namespaces_first(request.cluster.clone());
+    for objects in [namespaces, rest] {
+        batches.push(Batch {
+            which: "new cluster",
+            access: request.cluster_access.clone(),
+            objects,
+        });
+    }
+    let mut outcome = Outcome::default();
+    if request.diff {
+        for batch in batches.iter().filter(|b| !b.objects.is_empty()) {
+            let client = client(batch.which, &batch.access).await?;
+            let diffs = kube::diff_all(&client, &batch.objects, &options)
+                .await
+                .map_err(|e| WorkflowError(format!("{}: {e}", batch.which)))?;
+            outcome.diffs.extend(diffs);
+        }
+        return Ok(outcome);
+    }
+    // What each cluster should hold, for the inventory and --prune.
+    let mut wanted: Vec<(&str, ClientOptions, Objects)> = Vec::new();
+    for batch in &batches {
+        match wanted.iter_mut().find(|(w, _, _)| *w == batch.which) {
+            Some((_, _, all)) => all.extend(batch.objects.iter().cloned()),
+            None => wanted.push((batch.which, batch.access.clone(), batch.objects.clone())),
+        }
+    }
+    let last_batch = batches.len() - 1;
+    // Namespaces of the batches so far: in a dry run they are not created, so objects in them
+    // cannot be checked yet (the apiserver answers 404 for the namespace).
+    let mut batch_namespaces: Vec<String> = Vec::new();
+    for (index, batch) in batches.into_iter().enumerate() {
+        let Batch {
+            which,
+            access,
+            mut objects,
+        } = batch;
+        // Helm after the new cluster's namespaces, before its other objects (the charts
+        // install the CRDs and controllers those objects need).
+        if index == last_batch
+            && let Some(bundle) = &helm_bundle
+        {
+            let actions = super::helm::install(
+                bundle,
+                access.kubeconfig.as_deref(),
+                access.context.as_deref(),
+                options.dry_run,
+            )
+            .map_err(|e| WorkflowError(e.to_string()))?;
+            for a in actions {
+                progress(format!("helm: {}: {}", a.release, a.action));
+            }
+        }
+        if objects.is_empty() {
+            continue;
+        }
+        progress(format!(
+            "{which}: checking {} objects with a server-side dry run",
+            objects.len()
+        ));
+        let client = client(which, &access).await?;
+        let mut result = kube::apply_all(&client, &objects, &options).await;
+        if options.dry_run
+            && let Err(ApplyError::Refused(refusals)) = &result
+            && let Some(missing) = only_missing_namespaces(refusals, &batch_namespaces)
+        {
+            let (skipped, rest): (Objects, Objects) = objects.into_iter().partition(|(_, v)| {
+                v["metadata"]["namespace"]
+                    .as_str()
+                    .is_some_and(|ns| missing.contains(ns))
+            });
+            outcome.unchecked.extend(skipped.iter().map(|(source, v)| {
+                format!(
+                    "{source}: {}/{}",
+                    v["kind"].as_str().unwrap_or_default(),
+                    v["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            }));
+            objects = rest;
+            result = kube::apply_all(&client, &objects, &options).await;
+        }
+        batch_namespaces.extend(objects.iter().filter_map(|(_, v)| {
+            (v["kind"] == "Namespace")
+                .then(|| v["metadata"]["name"].as_str().map(str::to_owned))
+                .flatten()
+        }));
+        match result {
+            Ok(done) => outcome.applied.extend(done),
+            Err(e) => return Err(refused(e, which, &outcome.applied, options.dry_run)),
+        }
+    }
+    if !options.dry_run
+        && let Some((spec, _)) = &request.spec
+    {
+        let cluster = spec.metadata.name.clone();
+        for (which, access, objects) in &wanted {
+            let client = client(which, access).await?;
+            for line in inventory(&request, &client, &cluster, objects, &options)
+                .await
+                .map_err(|e| WorkflowError(format!("{which}: {e}")))?
+            {
+                progress(format!("{which}: {line}"));
+            }
+        }
+    } else if request.prune && !options.dry_run {
+        return Err(WorkflowError(
+            "--prune needs a spec: its cluster name scopes what may be deleted".into(),
+        ));
+    }
+    Ok(outcome)
+}
+
+/// When every refusal is a 404 for a namespace this apply creates (and a dry run does not),
+/// those namespaces.
+fn only_missing_namespaces(
+    refusals: &[kube::Refusal],
+    batch_namespaces: &[String],
+) -> Option<BTreeSet<String>> {
+    let missing_message = |ns: &str| format!("namespaces \"{ns}\" not found");
+    let missing: BTreeSet<String> = batch_namespaces
+        .iter()
+        .filter(|ns| {
+            refusals
+                .iter()
+                .any(|r| r.code == 404 && r.message.contains(&missing_message(ns)))
+        })
+        .cloned()
+        .collect();
+    let only_missing = refusals.iter().all(|r| {
+        r.code == 404
+            && missing
+                .iter()
+                .any(|ns| r.message.contains(&missing_message(ns)))
+    });
+    only_missing.then_some(missing)
+}
+
+/// The message for a batch the apiserver refused.
+fn refused(error: ApplyError, which: &str, applied: &[Applied], dry_run: bool) -> WorkflowError {
+    match error {
+        ApplyError::Refused(refusals) => {
+            let mut message = String::new();
+            for r in &refusals {
+                message.push_str(&format!("{r}\nerror: "));
+            }
+            message.push_str(&format!(
+                "{} object(s) refused by the {which}'s apiserver; {}",
+                refusals.len(),
+                if applied.is_empty() || dry_run {
+                    "nothing applied".to_owned()
+                } else {
+                    format!("nothing more applied ({} applied before)", applied.len())
+                }
+            ));
+            WorkflowError(message)
+        }
+        ApplyError::Partial {
+            applied: done,
+            refusal,
+            not_applied,
+        } => {
+            let mut now: Vec<String> = applied
+                .iter()
+                .chain(done.iter())
+                .map(|a| format!("{}/{}", a.kind, a.name))
+                .collect();
+            if now.is_empty() {
+                now.push("nothing".into());
+            }
+            WorkflowError(format!(
+                "{refusal}\n{which}: the apiserver refused an object after the dry run passed\napplied: {}\nnot applied: {}\nre-running apply resumes: server-side apply of what is already there changes nothing",
+                now.join(", "),
+                std::iter::once(refusal.object.clone())
+                    .chain(not_applied)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+        other => WorkflowError(format!("{which}: {other}")),
+    }
+}
+
+/// The cluster's inventory of what this spec's applies created there: `--prune` deletes what is
+/// recorded and no longer in the bundle (NodePools only with `--prune-nodepools`); without it,
+/// new objects are added. Returns a line per pruned or kept object.
+async fn inventory(
+    request: &Request,
+    client: &::kube::Client,
+    cluster: &str,
+    objects: &Objects,
+    options: &ApplyOptions,
+) -> Result<Vec<String>, String> {
+    let keep = kube::inventory_lines(client, objects, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let recorded = kube::read_inventory(client, cluster)
+        .await
+        .map_err(|e| format!("read the inventory: {e}"))?;
+    let mut lines = Vec::new();
+    let mut next: BTreeSet<String> = recorded.union(&keep).cloned().collect();
+    if request.prune {
+        let candidates = kube::prune_candidates(client, &recorded, &keep)
+            .await
+            .map_err(|e| e.to_string())?;
+        next = keep.clone();
+        for (object, resource, namespace, name) in candidates {
+            if resource.kind == "NodePool" && !request.prune_nodepools {
+                lines.push(format!(
+                    "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
+                ));
+                next.insert(format!(
+                    "{} {} {} {name}",
+                    resource.api_version,
+                    resource.kind,
+                    namespace.as_deref().unwrap_or("-")
+                ));
+                continue;
+            }
+            kube::delete(client, &resource, namespace.as_deref(), &name)
+                .await
+                .map_err(|e| format!("delete {object}: {e}"))?;
+            lines.push(format!("{object} pruned"));
+        }
+    }
+    kube::write_inventory(client, cluster, &next, options)
+        .await
+        .map_err(|e| format!("record the inventory: {e}"))?;
+    Ok(lines)
+}
