@@ -32,12 +32,11 @@ pub struct AwsDesired {
     /// each gets the cluster tag `kubernetes.io/cluster/<name>=shared`.
     pub subnet_ids: Vec<String>,
     pub subnet_tag: Option<(String, String)>,
-    pub security_group_ids: Vec<String>,
-    pub security_group_tag: Option<(String, String)>,
     /// Private IPs of the Kubean-built instances (they get `kubernetes.io/cluster/<name>=owned`).
     pub kubean_instance_ips: Vec<String>,
-    pub control_plane_security_group: String,
-    pub api_port: u16,
+    /// The node security groups (they get the cluster tag too), the control plane's group and
+    /// the API port it must admit from them.
+    pub network: crate::node_network::NodeNetwork,
     /// A pool uses EFA: every node security group admits all traffic from itself.
     pub efa: bool,
     /// The interruption queue and its EventBridge rules (`interruption/`), when the spec has one.
@@ -678,8 +677,9 @@ impl Run<'_> {
         &mut self,
         d: &AwsDesired,
     ) -> Result<BTreeSet<String>, StepError> {
-        let mut nodes: BTreeSet<String> = d.security_group_ids.iter().cloned().collect();
-        if let Some((key, value)) = &d.security_group_tag {
+        let mut nodes: BTreeSet<String> =
+            d.network.node_security_group_ids.iter().cloned().collect();
+        if let Some((key, value)) = &d.network.node_security_group_tag {
             self.out.reads += 1;
             let out = self
                 .ec2
@@ -714,39 +714,36 @@ impl Run<'_> {
         let cp = self
             .ec2
             .describe_security_groups()
-            .group_ids(&d.control_plane_security_group)
+            .group_ids(&d.network.control_plane_security_group)
             .send()
             .await
             .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
         let admitted: BTreeSet<String> = cp
             .security_groups()
             .iter()
-            .flat_map(|g| g.ip_permissions())
-            .filter(|p| {
-                p.ip_protocol() == Some("-1")
-                    || (p.ip_protocol() == Some("tcp")
-                        && p.from_port().unwrap_or(0) <= d.api_port as i32
-                        && p.to_port().unwrap_or(65535) >= d.api_port as i32)
+            .map(crate::node_network::SecurityGroup::from_sdk)
+            .flat_map(|g| {
+                g.groups_admitted(d.network.api_port)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
             })
-            .flat_map(|p| p.user_id_group_pairs())
-            .filter_map(|g| g.group_id().map(str::to_owned))
             .collect();
         for node in nodes.difference(&admitted) {
             if self.write(
                 "ec2:AuthorizeSecurityGroupIngress",
                 format!(
                     "{} tcp/{} from {node}",
-                    d.control_plane_security_group, d.api_port
+                    d.network.control_plane_security_group, d.network.api_port
                 ),
             ) {
                 self.ec2
                     .authorize_security_group_ingress()
-                    .group_id(&d.control_plane_security_group)
+                    .group_id(&d.network.control_plane_security_group)
                     .ip_permissions(
                         aws_sdk_ec2::types::IpPermission::builder()
                             .ip_protocol("tcp")
-                            .from_port(d.api_port as i32)
-                            .to_port(d.api_port as i32)
+                            .from_port(d.network.api_port as i32)
+                            .to_port(d.network.api_port as i32)
                             .user_id_group_pairs(
                                 aws_sdk_ec2::types::UserIdGroupPair::builder()
                                     .group_id(node)
@@ -802,8 +799,8 @@ pub async fn reconcile(
             7 => {
                 run.tag_resources(
                     "security-group",
-                    &desired.security_group_ids,
-                    &desired.security_group_tag,
+                    &desired.network.node_security_group_ids,
+                    &desired.network.node_security_group_tag,
                     &desired.cluster,
                 )
                 .await

@@ -63,8 +63,6 @@ impl AwsDesired {
             policies,
             subnet_ids: aws.subnets.ids.clone(),
             subnet_tag: tag(&aws.subnets),
-            security_group_ids: aws.security_groups.ids.clone(),
-            security_group_tag: tag(&aws.security_groups),
             kubean_instance_ips: spec
                 .spec
                 .kubean
@@ -72,8 +70,7 @@ impl AwsDesired {
                 .iter()
                 .map(|n| n.ip.clone())
                 .collect(),
-            control_plane_security_group: aws.control_plane_security_group_id.clone(),
-            api_port: spec.spec.api_server.port,
+            network: crate::node_network::NodeNetwork::from_spec(&spec.spec),
             efa: spec.spec.pools.iter().any(|p| p.efa),
             interruption: interruption(bundle)?,
             prune: false,

@@ -27,21 +27,7 @@ pub struct Instance {
     pub http_tokens: Option<String>,
 }
 
-/// One ingress permission of a security group.
-#[derive(Debug, Clone, Default)]
-pub struct Ingress {
-    pub protocol: String,
-    pub from_port: Option<i32>,
-    pub to_port: Option<i32>,
-    pub cidrs: Vec<String>,
-    pub groups: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct SecurityGroup {
-    pub id: String,
-    pub ingress: Vec<Ingress>,
-}
+pub use crate::node_network::{Ingress, SecurityGroup};
 
 /// A binding's role and subjects.
 #[derive(Debug, Clone)]
@@ -303,31 +289,6 @@ async fn instances(
     }
 }
 
-fn security_group(g: &aws_sdk_ec2::types::SecurityGroup) -> SecurityGroup {
-    SecurityGroup {
-        id: g.group_id().unwrap_or_default().to_owned(),
-        ingress: g
-            .ip_permissions()
-            .iter()
-            .map(|p| Ingress {
-                protocol: p.ip_protocol().unwrap_or_default().to_owned(),
-                from_port: p.from_port(),
-                to_port: p.to_port(),
-                cidrs: p
-                    .ip_ranges()
-                    .iter()
-                    .filter_map(|r| r.cidr_ip().map(str::to_owned))
-                    .collect(),
-                groups: p
-                    .user_id_group_pairs()
-                    .iter()
-                    .filter_map(|g| g.group_id().map(str::to_owned))
-                    .collect(),
-            })
-            .collect(),
-    }
-}
-
 async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityGroup> {
     let out = ec2
         .describe_security_groups()
@@ -337,7 +298,7 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
         .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
     out.security_groups()
         .first()
-        .map(security_group)
+        .map(SecurityGroup::from_sdk)
         .ok_or_else(|| ReadError::Missing {
             call: "ec2:DescribeSecurityGroups".into(),
             thing: format!("security group {id}"),
@@ -346,16 +307,16 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
 
 async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<SecurityGroup>> {
     let mut found = Vec::new();
-    if !facts.node_security_group_ids.is_empty() {
+    if !facts.network.node_security_group_ids.is_empty() {
         let out = ec2
             .describe_security_groups()
-            .set_group_ids(Some(facts.node_security_group_ids.clone()))
+            .set_group_ids(Some(facts.network.node_security_group_ids.clone()))
             .send()
             .await
             .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-        found.extend(out.security_groups().iter().map(security_group));
+        found.extend(out.security_groups().iter().map(SecurityGroup::from_sdk));
     }
-    if let Some((key, value)) = &facts.node_security_group_tag {
+    if let Some((key, value)) = &facts.network.node_security_group_tag {
         let out = ec2
             .describe_security_groups()
             .filters(
@@ -367,7 +328,7 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             .send()
             .await
             .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-        found.extend(out.security_groups().iter().map(security_group));
+        found.extend(out.security_groups().iter().map(SecurityGroup::from_sdk));
     }
     Ok(found)
 }
@@ -556,7 +517,7 @@ pub async fn gather(
         }
         let (i, c, n) = tokio::join!(
             instances(&ec2, &ids),
-            control_plane_sg(&ec2, &facts.control_plane_security_group),
+            control_plane_sg(&ec2, &facts.network.control_plane_security_group),
             node_sgs(&ec2, facts),
         );
         instances_read = Some(i);

@@ -70,7 +70,8 @@ pub struct Facts {
     pub cluster: String,
     /// `1.36.3`: the control plane's version per the spec.
     pub kubernetes_version: String,
-    pub api_port: u16,
+    /// The node security groups, the control plane's, the API port.
+    pub network: crate::node_network::NodeNetwork,
     /// The join store (kind, name); `None` in static mode.
     pub store: Option<(crate::store::StoreKind, String)>,
     /// Static mode: the token ID baked into the userData.
@@ -79,10 +80,6 @@ pub struct Facts {
     pub static_token: Option<crate::token::BootstrapToken>,
     /// `arn:aws:iam::<account>:role/<nodeRole>`.
     pub node_role_arn: String,
-    pub control_plane_security_group: String,
-    /// The node security groups: by ID, and/or by discovery tag.
-    pub node_security_group_ids: Vec<String>,
-    pub node_security_group_tag: Option<(String, String)>,
     /// Pool names, and which of them are GPU pools.
     pub pools: Vec<String>,
     pub gpu_pools: Vec<String>,
@@ -162,21 +159,13 @@ impl Facts {
             static_token,
             cluster: name,
             kubernetes_version: spec.kubernetes_version.clone(),
-            api_port: spec.api_server.port,
+            network: crate::node_network::NodeNetwork::from_spec(spec),
             store,
             static_token_id,
             node_role_arn: format!(
                 "arn:{partition}:iam::{}:role/{}",
                 spec.aws.account_id, spec.aws.node_role
             ),
-            control_plane_security_group: spec.aws.control_plane_security_group_id.clone(),
-            node_security_group_ids: spec.aws.security_groups.ids.clone(),
-            node_security_group_tag: spec
-                .aws
-                .security_groups
-                .discovery_tag
-                .as_ref()
-                .map(|t| (t.key.clone(), t.value.clone())),
             pools: spec.pools.iter().map(|p| p.name.clone()).collect(),
             gpu_pools: spec
                 .pools

@@ -85,3 +85,53 @@ fn a_file_that_does_not_parse_or_mixes_kinds_is_an_error_not_skipped() {
     let e = Bundle::from_files(mixed).unwrap_err();
     assert_eq!(e.path, "gpu/mixed.yaml");
 }
+
+/// Render says which cluster each file goes to: Kubean's objects to the management cluster,
+/// the rest to the new one. apply routes by this and nothing else.
+#[test]
+fn each_manifest_names_its_cluster() {
+    use kk_render::Target;
+    let bundle = example();
+    let mut management = 0;
+    for (path, object) in bundle.manifests() {
+        let kubean = object["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("kubean.io/"));
+        match Bundle::target(&path) {
+            Target::Management => {
+                management += 1;
+                assert!(path.starts_with("kubean/"), "{path}");
+            }
+            Target::NewCluster => assert!(!kubean, "{path} holds a Kubean object"),
+        }
+    }
+    assert!(management >= 3, "{management}");
+}
+
+/// The Helm releases are typed entries: their values files are in the bundle, and ORDER.md
+/// shows exactly the command apply would run.
+#[test]
+fn helm_releases_are_typed_and_order_md_shows_their_commands() {
+    let bundle = example();
+    let releases = bundle.helm_releases();
+    let names: Vec<&str> = releases.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["aws-ebs-csi-driver", "karpenter"]);
+    let order = &bundle.files["ORDER.md"];
+    for r in releases {
+        assert_eq!(
+            bundle.kind(&r.values_file),
+            Some(FileKind::HelmValues),
+            "{r:?}"
+        );
+        assert!(order.contains(&r.command_line()), "{}", r.command_line());
+    }
+    assert_eq!(
+        releases[1].version,
+        kk_spec::versions::default_version("karpenter")
+    );
+    let read = Bundle::from_files(bundle.files.clone()).unwrap();
+    assert!(
+        read.helm_releases().is_empty(),
+        "a bundle read back from files names no chart"
+    );
+}

@@ -57,13 +57,6 @@ pub(super) fn pass_role(s: &Snapshot, f: &Facts) -> Check {
     c
 }
 
-fn admits(rule: &crate::doctor::gather::Ingress, port: u16) -> bool {
-    rule.protocol == "-1"
-        || (rule.protocol == "tcp"
-            && rule.from_port.unwrap_or(0) <= port as i32
-            && rule.to_port.unwrap_or(65535) >= port as i32)
-}
-
 pub(super) fn api_port(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(
         "api-port-from-nodes",
@@ -87,18 +80,26 @@ pub(super) fn api_port(s: &Snapshot, f: &Facts) -> Check {
         Ok(g) => g.iter().map(|g| g.id.clone()).collect(),
         Err(e) => return c.skip(e.to_string()),
     };
-    let port = f.api_port;
-    let by_group = cp.ingress.iter().filter(|r| admits(r, port)).find_map(|r| {
-        r.groups
-            .iter()
-            .find(|g| node_ids.contains(g))
-            .map(|g| format!("{} admits TCP {port} from {g}", cp.id))
-    });
-    let by_cidr = cp.ingress.iter().filter(|r| admits(r, port)).find_map(|r| {
-        r.cidrs
-            .first()
-            .map(|cidr| format!("{} admits TCP {port} from {cidr}", cp.id))
-    });
+    let port = f.network.api_port;
+    let by_group = cp
+        .ingress
+        .iter()
+        .filter(|r| r.admits_tcp(port))
+        .find_map(|r| {
+            r.groups
+                .iter()
+                .find(|g| node_ids.contains(g))
+                .map(|g| format!("{} admits TCP {port} from {g}", cp.id))
+        });
+    let by_cidr = cp
+        .ingress
+        .iter()
+        .filter(|r| r.admits_tcp(port))
+        .find_map(|r| {
+            r.cidrs
+                .first()
+                .map(|cidr| format!("{} admits TCP {port} from {cidr}", cp.id))
+        });
     match (by_group, by_cidr) {
         (Some(e), _) => c = c.saw(e),
         (None, Some(e)) => {
