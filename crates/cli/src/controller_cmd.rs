@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kk_live::cahash;
 use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
 use kk_live::token::parse_duration;
 
@@ -107,7 +106,9 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
     let metrics_addr = metrics_addr(&args)?;
     kk_live::controller::init_logging(args.log_format == "json");
     runtime()?.block_on(async {
-        let connected = cahash::connect(&args.kube.options(), true).await?;
+        let connected =
+            kk_live::client::connect(&args.kube.options(), kk_live::client::Timeouts::Controller)
+                .await?;
         let config = ControllerConfig {
             cluster: target.cluster.clone(),
             api_server_endpoint: target.endpoint.clone(),
@@ -160,7 +161,9 @@ fn approver_only(args: ControllerArgs) -> Result<ExitCode, Failure> {
     let metrics_addr = metrics_addr(&args)?;
     kk_live::controller::init_logging(args.log_format == "json");
     runtime()?.block_on(async {
-        let connected = cahash::connect(&args.kube.options(), true).await?;
+        let connected =
+            kk_live::client::connect(&args.kube.options(), kk_live::client::Timeouts::Controller)
+                .await?;
         let mut controller = Controller::approver_only(
             connected.config,
             args.approve_interval,

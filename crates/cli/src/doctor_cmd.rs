@@ -123,7 +123,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(async {
-        let connected = kk_live::cahash::connect(&options, false)
+        let connected = kk_live::client::connect(&options, kk_live::client::Timeouts::OneShot)
             .await
             .map_err(|e| Failure(e.to_string()))?;
         let (client, probe) = (connected.client, connected.config);

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kk_live::ClientOptions;
-use kk_live::cahash::{self, Connected};
+use kk_live::client::{Connected, Timeouts, connect};
 use kk_live::store::{self, JoinStore, StoreKind};
 use kk_live::token::{self, NewToken, Timestamp, TokenInfo, format_duration, parse_duration};
 use serde_json::json;
@@ -91,7 +91,7 @@ pub(crate) struct Target {
 
 impl Target {
     pub(crate) fn ca_hash(&self, connected: &Connected) -> Result<String, Failure> {
-        match (&self.ca_cert_hash, &connected.ca_cert_hash) {
+        match (&self.ca_cert_hash, &connected.ca_cert_hash()) {
             (Some(h), _) => Ok(h.clone()),
             (None, Ok(h)) => Ok(h.clone()),
             (None, Err(e)) => Err(Failure(format!(
@@ -304,7 +304,7 @@ fn create(
         cluster,
     };
     let (token, info, published) = runtime()?.block_on(async {
-        let connected = cahash::connect(&kube.options(), false).await?;
+        let connected = connect(&kube.options(), Timeouts::OneShot).await?;
         match &target {
             Some(target) => {
                 let ca = target.ca_hash(&connected)?;
@@ -356,7 +356,7 @@ fn remaining(info: &TokenInfo, now: Timestamp) -> String {
 
 fn list(kube: &KubeArgs, output: &str) -> Result<ExitCode, Failure> {
     let tokens = runtime()?.block_on(async {
-        let connected = cahash::connect(&kube.options(), false).await?;
+        let connected = connect(&kube.options(), Timeouts::OneShot).await?;
         Ok::<_, Failure>(token::list(&connected.client).await?)
     })?;
     let now = Timestamp::now();
@@ -402,7 +402,7 @@ fn revoke(kube: &KubeArgs, id: &str, store_args: &StoreArgs) -> Result<ExitCode,
     token::validate_id(id)?;
     let target = resolve_target(store_args, false)?;
     let info = runtime()?.block_on(async {
-        let connected = cahash::connect(&kube.options(), false).await?;
+        let connected = connect(&kube.options(), Timeouts::OneShot).await?;
         if let Some(target) = &target {
             let store = target.open().await?;
             if let Some(stored) = store.read().await?
@@ -445,12 +445,14 @@ pub struct CaHashArgs {
 
 pub fn ca_hash(args: CaHashArgs) -> Result<ExitCode, Failure> {
     let hash = match &args.pem {
-        Some(path) => cahash::from_pem_file(path)?,
+        Some(path) => kk_live::cahash::from_pem_file(path)?,
         None if args.from_cluster => runtime()?.block_on(async {
-            let connected = cahash::connect(&args.kube.options(), false).await?;
-            Ok::<_, Failure>(cahash::from_cluster(&connected.client, &args.namespace).await?)
+            let connected = connect(&args.kube.options(), Timeouts::OneShot).await?;
+            Ok::<_, Failure>(
+                kk_live::cahash::from_cluster(&connected.client, &args.namespace).await?,
+            )
         })?,
-        None => runtime()?.block_on(cahash::from_kubeconfig(&args.kube.options()))?,
+        None => runtime()?.block_on(kk_live::cahash::from_kubeconfig(&args.kube.options()))?,
     };
     print_out(&format!("{hash}\n"))
 }

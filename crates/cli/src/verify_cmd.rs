@@ -211,9 +211,10 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         .enable_all()
         .build()?;
     let (results, interrupted, cleaned) = runtime.block_on(async {
-        let connected = kk_live::cahash::connect(&client_options, false)
-            .await
-            .map_err(|e| Failure(e.to_string()))?;
+        let connected =
+            kk_live::client::connect(&client_options, kk_live::client::Timeouts::OneShot)
+                .await
+                .map_err(|e| Failure(e.to_string()))?;
         let (client, probe) = (connected.client, connected.config);
         let reclaim_sdk = match &reclaimed {
             Some(_) => Some(

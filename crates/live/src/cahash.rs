@@ -89,34 +89,3 @@ pub async fn from_cluster(client: &Client, namespace: &str) -> Result<String, Ca
         &format!("ConfigMap {namespace}/{ROOT_CA_CONFIGMAP}"),
     )
 }
-
-/// A client plus the CA hash its config trusts (for publishing without `--ca-cert-hash`).
-pub struct Connected {
-    pub client: Client,
-    /// What `client` was built from.
-    pub config: kube::Config,
-    pub ca_cert_hash: Result<String, CaHashError>,
-}
-
-/// Builds a client as kubectl would. `long_running`: the controller's settings (short
-/// per-request timeouts); otherwise a 10 s connect timeout for one-shot commands.
-pub async fn connect(
-    options: &ClientOptions,
-    long_running: bool,
-) -> Result<Connected, ClientError> {
-    let mut config = make_config(options).await?;
-    if long_running {
-        crate::controller::tune_client_config(&mut config);
-    } else {
-        config.connect_timeout = Some(std::time::Duration::from_secs(10));
-        config.read_timeout = Some(std::time::Duration::from_secs(30));
-        config.reset_reader_on_write = true;
-    }
-    let ca_cert_hash = from_client_config(&config);
-    let client = Client::try_from(config.clone()).map_err(ClientError::Client)?;
-    Ok(Connected {
-        client,
-        config,
-        ca_cert_hash,
-    })
-}

@@ -1,4 +1,5 @@
-//! Kube clients from a kubeconfig and context, as kubectl resolves them.
+//! Kube clients from a kubeconfig and context, as kubectl resolves them: the one client
+//! builder, with a timeout profile per kind of caller.
 
 use std::path::PathBuf;
 
@@ -59,7 +60,62 @@ pub async fn make_config(options: &ClientOptions) -> Result<Config, ClientError>
     }
 }
 
+/// How long a request may take, by who makes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeouts {
+    /// kube's defaults: commands that watch or wait (apply, verify, plan --from-cluster).
+    Default,
+    /// A one-shot command that must fail fast on an unreachable apiserver (token, doctor).
+    OneShot,
+    /// The long-running controller: requests that hang are cut short and retried.
+    Controller,
+}
+
+impl Timeouts {
+    pub fn apply(self, config: &mut Config) {
+        let secs = std::time::Duration::from_secs;
+        match self {
+            Timeouts::Default => {}
+            Timeouts::OneShot => {
+                config.connect_timeout = Some(secs(10));
+                config.read_timeout = Some(secs(30));
+                config.reset_reader_on_write = true;
+            }
+            Timeouts::Controller => {
+                config.connect_timeout = Some(secs(5));
+                config.read_timeout = Some(secs(15));
+                config.write_timeout = Some(secs(15));
+                config.reset_reader_on_write = true;
+            }
+        }
+    }
+}
+
+/// A client and the config it was built from (the CA it trusts, for the join's CA hash).
+pub struct Connected {
+    pub client: Client,
+    pub config: Config,
+}
+
+impl Connected {
+    /// The CA hash `kubeadm join` pins, of the CA this client trusts.
+    pub fn ca_cert_hash(&self) -> Result<String, crate::cahash::CaHashError> {
+        crate::cahash::from_client_config(&self.config)
+    }
+}
+
+/// Builds a client as kubectl would, with `timeouts`.
+pub async fn connect(
+    options: &ClientOptions,
+    timeouts: Timeouts,
+) -> Result<Connected, ClientError> {
+    let mut config = make_config(options).await?;
+    timeouts.apply(&mut config);
+    let client = Client::try_from(config.clone()).map_err(ClientError::Client)?;
+    Ok(Connected { client, config })
+}
+
+/// A client with kube's default timeouts.
 pub async fn make_client(options: &ClientOptions) -> Result<Client, ClientError> {
-    let config = make_config(options).await?;
-    Client::try_from(config).map_err(ClientError::Client)
+    Ok(connect(options, Timeouts::Default).await?.client)
 }

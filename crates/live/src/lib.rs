@@ -24,6 +24,7 @@ pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
 pub mod kubeconf;
+pub mod node_network;
 pub mod store;
 #[doc(hidden)]
 pub mod testbed;

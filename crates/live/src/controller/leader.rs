@@ -18,7 +18,6 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::{Notify, watch};
 
-use super::metrics::Metrics;
 use crate::token::{TokenError, error_chain};
 
 #[derive(Debug, Clone)]
@@ -206,13 +205,22 @@ async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, TokenEr
     Ok(true)
 }
 
+/// What the election loop reports as it goes (the metrics implement it), so the lease code
+/// does not depend on what counts its outcomes.
+pub(crate) trait LeaseObserver: Sync {
+    /// The apiserver answered a lease request (readiness).
+    fn apiserver_answered(&self);
+    /// A lease request failed or timed out.
+    fn error(&self);
+}
+
 /// The election loop: runs until `stop` turns true, then waits for `reconciler_done`
 /// (so no rotation is cut in half) and releases the lease if it holds it.
 pub(crate) async fn run(
     client: Client,
     config: LeaseConfig,
     leadership: &Leadership,
-    metrics: &Metrics,
+    metrics: &(dyn LeaseObserver + Sync),
     mut stop: watch::Receiver<bool>,
     mut reconciler_done: watch::Receiver<bool>,
 ) {

@@ -11,8 +11,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use jiff::Timestamp;
 
-use super::approve::{APPROVED_REASON, CONTESTED_REASON, DENIED_REASON, Decision};
-use super::leader::Leadership;
+use super::csr_approver::{APPROVED_REASON, CONTESTED_REASON, DENIED_REASON, Decision};
+use super::leader::{Leadership, LeaseObserver};
 
 /// The labels of `kubean_karpenter_csr_decisions_total`, in exposition order: every
 /// `(condition, reason)` the approver writes, so each series exists (at 0) from the start.
@@ -270,6 +270,16 @@ pub(crate) fn router(m: Arc<Metrics>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(m)
+}
+
+impl LeaseObserver for Metrics {
+    fn apiserver_answered(&self) {
+        Metrics::apiserver_answered(self);
+    }
+
+    fn error(&self) {
+        Metrics::error(self);
+    }
 }
 
 #[cfg(test)]

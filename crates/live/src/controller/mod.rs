@@ -1,6 +1,13 @@
-//! The in-cluster join-token rotator (`kubean-karpenter controller`).
+//! The in-cluster controller (`kubean-karpenter controller`): three loops under one leader
+//! election, each its own module —
+//! - [`rotator`]: the join-token rotator (below);
+//! - [`csr_approver`]: approves node CSRs only for instances a NodeClaim names;
+//! - [`orphan_sweep`]: deletes Nodes whose instance no NodeClaim owns.
 //!
-//! Keeps a valid bootstrap token in the join store at all times. On start and every tick
+//! Module dependencies point one way: `metrics` reads `leader`'s state and the approver's
+//! decisions; `leader` reports through [`leader::LeaseObserver`] and knows nothing above it.
+//!
+//! The rotator keeps a valid bootstrap token in the join store at all times. On start and every tick
 //! the leader reads the store; when it holds nothing, a token that no longer authenticates,
 //! an expired token, or one past `rotate_at` of its lifetime, it creates a new token Secret
 //! and publishes it together with the replaced token's ID, which it deletes once `overlap`
@@ -9,11 +16,11 @@
 //! more replicas elect a leader through a Lease.
 //! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
 
-pub mod approve;
+pub mod csr_approver;
 mod leader;
 mod metrics;
-pub mod orphans;
-mod rotate;
+pub mod orphan_sweep;
+mod rotator;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,7 +32,7 @@ use tokio::sync::watch;
 
 pub use leader::{Leadership, LeaseConfig};
 pub use metrics::Metrics;
-pub use rotate::{Reason, assess, rotation_point};
+pub use rotator::{Reason, assess, rotation_point};
 
 use crate::store::{JoinStore, PublishError, StoreError};
 use crate::token::{TokenError, format_duration};
@@ -75,10 +82,10 @@ pub struct ControllerConfig {
     /// node takes from reading the store to its CSR (Karpenter's registration timeout is 15 min).
     pub overlap: Duration,
     /// How often the leader decides pending node CSRs from our join group (`None`: the
-    /// approver is off; see [`approve`]).
+    /// approver is off; see [`csr_approver`]).
     pub approve_every: Option<Duration>,
     /// With the approver: remove instance-named Nodes no NodeClaim names once they are this
-    /// old (`None`: never; see [`orphans`]).
+    /// old (`None`: never; see [`orphan_sweep`]).
     pub orphan_grace: Option<Duration>,
     /// How often the leader checks the store when all is well.
     pub tick: Duration,
@@ -159,14 +166,6 @@ pub fn default_identity() -> String {
         .map(|t| t.id().to_owned())
         .unwrap_or_default();
     format!("{base}_{suffix}")
-}
-
-/// Client settings for a long-running controller: requests that hang are cut short.
-pub fn tune_client_config(config: &mut kube::Config) {
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(15));
-    config.write_timeout = Some(Duration::from_secs(15));
-    config.reset_reader_on_write = true;
 }
 
 /// Structured logs on standard error: text or JSON, level from `RUST_LOG` (default info).
@@ -325,7 +324,7 @@ impl Controller {
             client.clone(),
             config.lease.clone(),
             &leadership,
-            &metrics,
+            metrics.as_ref(),
             stop_rx.clone(),
             done_rx,
         );
@@ -357,7 +356,7 @@ impl Controller {
                 if leadership.is_leading() {
                     match tokio::time::timeout(
                         Duration::from_secs(30),
-                        approve::approve_pending(&client),
+                        csr_approver::approve_pending(&client),
                     )
                     .await
                     {
@@ -378,7 +377,7 @@ impl Controller {
                     if let Some(grace) = config.orphan_grace {
                         match tokio::time::timeout(
                             Duration::from_secs(30),
-                            orphans::remove_orphaned_nodes(&client, grace),
+                            orphan_sweep::remove_orphaned_nodes(&client, grace),
                         )
                         .await
                         {
@@ -440,14 +439,14 @@ async fn reconcile_loop(
 ) {
     // A step never takes longer than this (kube and AWS calls have their own timeouts).
     let step_timeout = Duration::from_secs(90);
-    let mut state = rotate::State::default();
+    let mut state = rotator::State::default();
     while !*stop.borrow() {
         metrics.beat();
         let leading = leadership.is_leading();
         let outcome = if leading {
             match tokio::time::timeout(
                 step_timeout,
-                rotate::reconcile(
+                rotator::reconcile(
                     client, probe, store, config, leadership, metrics, &mut state,
                 ),
             )
@@ -457,7 +456,7 @@ async fn reconcile_loop(
                 Err(_) => Err(ControllerError::Timeout(format_duration(step_timeout))),
             }
         } else {
-            match tokio::time::timeout(step_timeout, rotate::observe(store, metrics)).await {
+            match tokio::time::timeout(step_timeout, rotator::observe(store, metrics)).await {
                 Ok(r) => r.map(|_| ()).map_err(ControllerError::from),
                 Err(_) => Err(ControllerError::Timeout(format_duration(step_timeout))),
             }

@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, Precon
 
 use kk_spec::names::{instance_id, is_instance_name};
 
-use super::approve::nodeclaims_api;
+use super::csr_approver::nodeclaims_api;
 use crate::token::{TokenError, format_duration};
 
 /// The Event reason on a removed Node.

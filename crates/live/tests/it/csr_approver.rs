@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
-use kk_live::controller::approve::{self, Decision};
+use kk_live::controller::csr_approver::{self, Decision};
 use kk_live::testbed::{Testbed, require};
 use kk_live::token::{self, NewToken, Timestamp};
 use kube::Client;
@@ -210,11 +210,11 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         &kubelet,
     )
     .await;
-    approve::approve_pending(&approver).await.unwrap();
+    csr_approver::approve_pending(&approver).await.unwrap();
     for name in [&rival, &real] {
         let (type_, reason, message) = condition(&admin, name).await.expect("decided");
         assert_eq!(type_, "Denied", "{name}: {message}");
-        assert_eq!(reason, approve::CONTESTED_REASON, "{name}: {message}");
+        assert_eq!(reason, csr_approver::CONTESTED_REASON, "{name}: {message}");
         assert!(message.contains("2 pending CSRs"), "{message}");
     }
     let retry = format!("retry-{u}");
@@ -226,11 +226,11 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         &kubelet,
     )
     .await;
-    approve::approve_pending(&approver).await.unwrap();
+    csr_approver::approve_pending(&approver).await.unwrap();
     let (type_, reason, message) = condition(&admin, &retry).await.expect("decided");
     assert_eq!(
         (type_.as_str(), reason.as_str()),
-        ("Denied", approve::CONTESTED_REASON),
+        ("Denied", csr_approver::CONTESTED_REASON),
         "{message}"
     );
     // A CSR filed before the NodeClaim that names its instance was created: denied.
@@ -246,7 +246,7 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
     .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     nodeclaim(&admin, &early).await;
-    approve::approve_pending(&approver).await.unwrap();
+    csr_approver::approve_pending(&approver).await.unwrap();
     let (type_, _, message) = condition(&admin, &premature).await.expect("decided");
     assert_eq!(type_, "Denied", "{message}");
     assert!(message.contains("before the NodeClaim"), "{message}");
@@ -344,7 +344,7 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
     )
     .await;
 
-    let decided = approve::approve_pending(&approver).await.unwrap();
+    let decided = csr_approver::approve_pending(&approver).await.unwrap();
     for (label, name, _, _, _, approved, words) in &cases {
         let (type_, reason, message) = condition(&admin, name)
             .await
@@ -374,7 +374,7 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         &["digital signature", "server auth"],
     )
     .await;
-    approve::approve_pending(&approver).await.unwrap();
+    csr_approver::approve_pending(&approver).await.unwrap();
     assert_eq!(condition(&admin, &serving).await, None);
     let csrs: Api<CertificateSigningRequest> = Api::all(approver.clone());
     let mut csr = csrs.get(&serving).await.unwrap();
@@ -401,7 +401,7 @@ async fn a_join_token_gets_a_node_certificate_only_for_a_launched_instance() {
         &kubelet,
     )
     .await;
-    let decided = approve::approve_pending(&approver).await.unwrap();
+    let decided = csr_approver::approve_pending(&approver).await.unwrap();
     assert!(
         decided.iter().any(|(n, d)| *n == again
             && matches!(d, Decision::Deny(m) if m.contains("already approved")))

@@ -40,7 +40,7 @@ pub async fn kube_config(testbed: &Testbed) -> kube::Config {
     })
     .await
     .unwrap();
-    kk_live::controller::tune_client_config(&mut config);
+    kk_live::client::Timeouts::Controller.apply(&mut config);
     config
 }
 
