@@ -4,6 +4,8 @@
 
 use kk_spec::ClusterSpec;
 
+use crate::aws_error::AwsCallError;
+
 /// What the spec says about the path from a node to the API server.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeNetwork {
@@ -91,6 +93,30 @@ impl SecurityGroup {
             .filter(move |r| r.admits_tcp(port))
             .flat_map(|r| r.groups.iter().map(String::as_str))
     }
+}
+
+/// The security groups carrying the discovery tag `key=value` (one DescribeSecurityGroups).
+pub async fn security_groups_tagged(
+    ec2: &aws_sdk_ec2::Client,
+    key: &str,
+    value: &str,
+) -> Result<Vec<SecurityGroup>, AwsCallError> {
+    let out = ec2
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{key}"))
+                .values(value)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
+    Ok(out
+        .security_groups()
+        .iter()
+        .map(SecurityGroup::from_sdk)
+        .collect())
 }
 
 #[cfg(test)]

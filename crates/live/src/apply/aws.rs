@@ -681,23 +681,8 @@ impl Run<'_> {
             d.network.node_security_group_ids.iter().cloned().collect();
         if let Some((key, value)) = &d.network.node_security_group_tag {
             self.out.reads += 1;
-            let out = self
-                .ec2
-                .describe_security_groups()
-                .filters(
-                    aws_sdk_ec2::types::Filter::builder()
-                        .name(format!("tag:{key}"))
-                        .values(value)
-                        .build(),
-                )
-                .send()
-                .await
-                .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-            nodes.extend(
-                out.security_groups()
-                    .iter()
-                    .filter_map(|g| g.group_id().map(str::to_owned)),
-            );
+            let tagged = crate::node_network::security_groups_tagged(&self.ec2, key, value).await?;
+            nodes.extend(tagged.into_iter().map(|g| g.id));
         }
         Ok(nodes)
     }

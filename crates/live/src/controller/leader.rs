@@ -220,7 +220,7 @@ pub(crate) async fn run(
     client: Client,
     config: LeaseConfig,
     leadership: &Leadership,
-    metrics: &(dyn LeaseObserver + Sync),
+    metrics: &dyn LeaseObserver,
     mut stop: watch::Receiver<bool>,
     mut reconciler_done: watch::Receiver<bool>,
 ) {

@@ -317,18 +317,7 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
         found.extend(out.security_groups().iter().map(SecurityGroup::from_sdk));
     }
     if let Some((key, value)) = &facts.network.node_security_group_tag {
-        let out = ec2
-            .describe_security_groups()
-            .filters(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name(format!("tag:{key}"))
-                    .values(value)
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-        found.extend(out.security_groups().iter().map(SecurityGroup::from_sdk));
+        found.extend(crate::node_network::security_groups_tagged(ec2, key, value).await?);
     }
     Ok(found)
 }
