@@ -33,7 +33,7 @@ impl AwsCallError {
             },
             None => AwsCallError::Failed {
                 call: call.to_owned(),
-                detail: crate::token::error_chain(e),
+                detail: crate::kube_error::error_chain(e),
             },
         }
     }

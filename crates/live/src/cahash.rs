@@ -70,7 +70,7 @@ pub async fn from_cluster(client: &Client, namespace: &str) -> Result<String, Ca
         .await
         .map_err(|e| CaHashError::ConfigMap {
             namespace: namespace.to_owned(),
-            message: crate::token::error_chain(&e),
+            message: crate::kube_error::error_chain(&e),
         })?
         .ok_or_else(|| CaHashError::ConfigMap {
             namespace: namespace.to_owned(),

@@ -45,7 +45,7 @@ pub async fn fetch(
         .map_err(|e| KubeconfError::Api {
             namespace: namespace.to_owned(),
             name: name.clone(),
-            message: crate::token::error_chain(&e),
+            message: crate::kube_error::error_chain(&e),
         })?
         .ok_or_else(|| KubeconfError::NotFound {
             namespace: namespace.to_owned(),

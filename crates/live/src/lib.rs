@@ -23,6 +23,7 @@ pub mod client;
 pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
+pub mod kube_error;
 pub mod kubeconf;
 pub mod node_network;
 pub mod store;

@@ -136,7 +136,7 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: fmt::Debug,
 {
-    let detail = crate::token::error_chain(&e);
+    let detail = crate::kube_error::error_chain(&e);
     match &e {
         SdkError::ServiceError(service) => {
             let code = service.err().code().unwrap_or("Unknown").to_owned();

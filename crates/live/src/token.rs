@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 
+use crate::kube_error::KubeCallError;
+
 /// Where kubeadm and the bootstrap authenticator look for token Secrets.
 pub const NAMESPACE: &str = "kube-system";
 /// The Secret type the bootstrap authenticator reads.
@@ -53,56 +55,24 @@ pub enum TokenError {
         "Secret {NAMESPACE}/{SECRET_PREFIX}{0} is not a bootstrap token (type {1:?}); not touching it"
     )]
     NotAToken(String, String),
-    /// The apiserver answered with an error status (403: RBAC denied, 409: exists, ...).
-    #[error("{action}: the apiserver refused ({code} {reason}): {message}")]
-    Refused {
-        action: String,
-        code: u16,
-        reason: String,
-        message: String,
-    },
-    #[error("{action}: cannot reach the apiserver: {detail}")]
-    Unreachable { action: String, detail: String },
+    /// A kube-apiserver call failed (refused, or no answer).
+    #[error(transparent)]
+    Kube(#[from] KubeCallError),
 }
 
 impl TokenError {
     /// From a kube error, naming what we were doing.
     pub fn from_kube(action: impl Into<String>, e: kube::Error) -> Self {
-        let action = action.into();
-        match e {
-            kube::Error::Api(status) => TokenError::Refused {
-                action,
-                code: status.code,
-                reason: status.reason.clone(),
-                message: status.message.clone(),
-            },
-            other => TokenError::Unreachable {
-                action,
-                detail: error_chain(&other),
-            },
-        }
+        TokenError::Kube(KubeCallError::from_kube(action, e))
     }
 
     /// True when the apiserver said no (as opposed to not answering).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, TokenError::Refused { .. })
+        matches!(self, TokenError::Kube(KubeCallError::Refused { .. }))
     }
 }
 
-/// `e: cause: cause` in one line (kube and hyper errors hide the useful part in sources).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let next = s.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = s.source();
-    }
-    text
-}
+pub(crate) use crate::kube_error::error_chain;
 
 /// A bootstrap token. `Debug` and `Display` show only the ID.
 #[derive(Clone, PartialEq, Eq)]
@@ -379,11 +349,14 @@ pub async fn create(
         let body = token_secret(&token, expiration, new);
         match api.create(&PostParams::default(), &body).await {
             Ok(created) => {
-                let info = info_from_secret(&created).ok_or_else(|| TokenError::Refused {
-                    action: format!("create Secret {NAMESPACE}/{}", token.secret_name()),
-                    code: 0,
-                    reason: "Unexpected".into(),
-                    message: "the apiserver returned something that is not a token Secret".into(),
+                let info = info_from_secret(&created).ok_or_else(|| {
+                    TokenError::Kube(KubeCallError::Refused {
+                        call: format!("create Secret {NAMESPACE}/{}", token.secret_name()),
+                        code: 0,
+                        reason: "Unexpected".into(),
+                        message: "the apiserver returned something that is not a token Secret"
+                            .into(),
+                    })
                 })?;
                 return Ok((token, info));
             }
@@ -396,12 +369,12 @@ pub async fn create(
             }
         }
     }
-    Err(TokenError::Refused {
-        action: "create a bootstrap token".into(),
+    Err(TokenError::Kube(KubeCallError::Refused {
+        call: "create a bootstrap token".into(),
         code: 409,
         reason: "AlreadyExists".into(),
         message: "three random token IDs in a row already existed".into(),
-    })
+    }))
 }
 
 /// Every bootstrap-token Secret, ours and others', sorted by ID.
@@ -472,9 +445,11 @@ pub async fn authenticate(
         token: Some(token.expose().into()),
         ..Default::default()
     };
-    let client = Client::try_from(config).map_err(|e| TokenError::Unreachable {
-        action: action(),
-        detail: error_chain(&e),
+    let client = Client::try_from(config).map_err(|e| {
+        TokenError::Kube(KubeCallError::Unreachable {
+            call: action(),
+            detail: error_chain(&e),
+        })
     })?;
     let api: Api<SelfSubjectReview> = Api::all(client);
     match api

@@ -342,7 +342,7 @@ pub async fn verify_pool(
     };
     let outcome = match follow(&mut f, target, options, reclaim).await {
         Ok(o) => o,
-        Err(e) => Outcome::Error(crate::token::error_chain(&e)),
+        Err(e) => Outcome::Error(crate::kube_error::error_chain(&e)),
     };
     PoolResult {
         pool: target.pool.clone(),

@@ -49,8 +49,8 @@ pub struct Rbac {
 /// Why doctor could not read something: the checks that need it say so and are skipped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("{what}: {detail}")]
-    Kube { what: String, detail: String },
+    #[error(transparent)]
+    Kube(#[from] crate::kube_error::KubeCallError),
     #[error(transparent)]
     Aws(#[from] AwsCallError),
     #[error("{call}: no {thing}")]
@@ -152,10 +152,7 @@ async fn vpc_endpoints(ec2: &aws_sdk_ec2::Client, vpc: &str) -> Read<Vec<VpcEndp
 }
 
 fn kube_err(what: &str, e: kube::Error) -> ReadError {
-    ReadError::Kube {
-        what: what.to_owned(),
-        detail: token::error_chain(&e),
-    }
+    ReadError::Kube(crate::kube_error::KubeCallError::from_kube(what, e))
 }
 
 fn dynamic(client: &Client, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kk_live::kube_error::KubeCallError;
 use kk_live::store::{self, JoinStore, PublishError, StoreError, StoreKind};
 use kk_live::testbed::require;
 use kk_live::token::{self, JOIN_TOKEN_GROUP, NewToken, Timestamp, TokenError};
@@ -174,7 +175,7 @@ async fn rbac_denied_is_a_clear_refusal() {
     .await
     .unwrap_err();
     match &err {
-        TokenError::Refused { code, .. } => assert_eq!(*code, 403, "{err}"),
+        TokenError::Kube(KubeCallError::Refused { code, .. }) => assert_eq!(*code, 403, "{err}"),
         other => panic!("expected a 403 refusal, got {other}"),
     }
     assert!(!err.to_string().contains(&token.expose()[7..]));
@@ -197,7 +198,10 @@ async fn an_unreachable_apiserver_is_reported_not_hung() {
     let client = admin_via(&testbed, closed).await;
     let started = std::time::Instant::now();
     let err = token::list(&client).await.unwrap_err();
-    assert!(matches!(err, TokenError::Unreachable { .. }), "{err}");
+    assert!(
+        matches!(err, TokenError::Kube(KubeCallError::Unreachable { .. })),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
