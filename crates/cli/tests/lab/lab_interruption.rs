@@ -262,29 +262,64 @@ fn events_about(lab: &Lab, reason: &str, object: &str) -> usize {
 }
 
 /// Watches, every 200 ms on its own client, the fewest Ready pods of the app (what the
-/// PodDisruptionBudget protects) from now until `stop`.
+/// PodDisruptionBudget protects) from now until `stop`. A pod that is not Ready because a
+/// node other than the reclaimed one stopped reporting (the node lifecycle controller then
+/// marks its pods NotReady: an involuntary disruption a PDB does not cover, which a lab
+/// kubelet starved of CPU causes) is counted apart. The reclaimed node gets no such excuse:
+/// its instance terminated before the drain ended would be exactly the breach to catch.
 struct BudgetWatch {
     stop: Arc<AtomicBool>,
     fewest: Arc<AtomicUsize>,
+    fewest_but_lost_nodes: Arc<AtomicUsize>,
     thread: std::thread::JoinHandle<()>,
 }
 
+/// The fewest Ready pods seen, and the fewest when pods on nodes that lost their heartbeat
+/// are counted as still available.
+struct Fewest {
+    ready: usize,
+    ready_or_on_lost_node: usize,
+}
+
 impl BudgetWatch {
-    fn start(client: Client) -> BudgetWatch {
+    fn start(client: Client, reclaimed_node: &str) -> BudgetWatch {
+        let reclaimed_node = reclaimed_node.to_owned();
         let stop = Arc::new(AtomicBool::new(false));
         let fewest = Arc::new(AtomicUsize::new(usize::MAX));
-        let (s, f) = (stop.clone(), fewest.clone());
+        let fewest_but_lost_nodes = Arc::new(AtomicUsize::new(usize::MAX));
+        let (s, f, g) = (stop.clone(), fewest.clone(), fewest_but_lost_nodes.clone());
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            let pods: Api<Pod> = Api::namespaced(client, "default");
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let nodes: Api<Node> = Api::all(client);
             let selector = ListParams::default().labels(&format!("app={APP}"));
             while !s.load(Ordering::SeqCst) {
-                if let Ok(list) = rt.block_on(pods.list(&selector)) {
-                    let n = list.items.iter().filter(|p| ready(p)).count();
-                    f.fetch_min(n, Ordering::SeqCst);
+                if let (Ok(list), Ok(node_list)) = (
+                    rt.block_on(pods.list(&selector)),
+                    rt.block_on(nodes.list(&ListParams::default())),
+                ) {
+                    let lost: Vec<String> = node_list
+                        .items
+                        .iter()
+                        .filter(|n| !node_ready(n))
+                        .filter_map(|n| n.metadata.name.clone())
+                        .filter(|n| *n != reclaimed_node)
+                        .collect();
+                    let ready_count = list.items.iter().filter(|p| ready(p)).count();
+                    let on_lost = list
+                        .items
+                        .iter()
+                        .filter(|p| {
+                            !ready(p)
+                                && p.metadata.deletion_timestamp.is_none()
+                                && lost.iter().any(|n| *n == node_of(p))
+                        })
+                        .count();
+                    f.fetch_min(ready_count, Ordering::SeqCst);
+                    g.fetch_min(ready_count + on_lost, Ordering::SeqCst);
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -292,15 +327,27 @@ impl BudgetWatch {
         BudgetWatch {
             stop,
             fewest,
+            fewest_but_lost_nodes,
             thread,
         }
     }
 
-    fn fewest(self) -> usize {
+    fn fewest(self) -> Fewest {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.join().unwrap();
-        self.fewest.load(Ordering::SeqCst)
+        Fewest {
+            ready: self.fewest.load(Ordering::SeqCst),
+            ready_or_on_lost_node: self.fewest_but_lost_nodes.load(Ordering::SeqCst),
+        }
     }
+}
+
+/// Whether the node's Ready condition is True (False or Unknown: it stopped reporting).
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// What happens after an event, each step timed from when the event was put: polled together
@@ -441,7 +488,7 @@ fn interruption_spot_warning_drains_onto_another_offering_within_the_two_minutes
     let old = hosted(&mut lab, "3 pods Ready on one spot node", 3, &[]);
     assert_eq!(old.offering.2, "spot", "{old:?}");
     assert_eq!(queue_depth(&lab), (0, 0), "the queue starts empty");
-    let watch = BudgetWatch::start(lab.client.clone());
+    let watch = BudgetWatch::start(lab.client.clone(), old.node());
     let replacement = std::cell::RefCell::new(None);
     let chain = disruption(&old, 3, &replacement);
     let put = Instant::now();
@@ -455,10 +502,15 @@ fn interruption_spot_warning_drains_onto_another_offering_within_the_two_minutes
     let timings = chain.run(&lab, put, 3 * MIN);
     let fewest = watch.fewest();
     let new = replacement.into_inner().unwrap();
-    eprintln!("  reclaimed {old:?}\n  replaced by {new:?}\n  fewest Ready pods: {fewest}");
+    eprintln!(
+        "  reclaimed {old:?}\n  replaced by {new:?}\n  fewest Ready pods: {} ({} counting pods on nodes that lost their heartbeat)",
+        fewest.ready, fewest.ready_or_on_lost_node
+    );
+    // The drain respects the PodDisruptionBudget; a node that stops reporting is not the drain.
     assert!(
-        fewest >= 2,
-        "the app fell to {fewest} Ready pods, below its budget of 2"
+        fewest.ready_or_on_lost_node >= 2,
+        "the drain took the app to {} Ready pods, below its budget of 2",
+        fewest.ready_or_on_lost_node
     );
     assert_ne!(
         new.offering, old.offering,
