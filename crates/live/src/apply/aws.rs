@@ -681,7 +681,7 @@ impl Run<'_> {
             d.network.node_security_group_ids.iter().cloned().collect();
         if let Some((key, value)) = &d.network.node_security_group_tag {
             self.out.reads += 1;
-            let tagged = crate::node_network::security_groups_tagged(&self.ec2, key, value).await?;
+            let tagged = crate::node_network::security_groups_tagged(self.ec2, key, value).await?;
             nodes.extend(tagged.into_iter().map(|g| g.id));
         }
         Ok(nodes)
