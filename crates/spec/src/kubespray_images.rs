@@ -11,7 +11,7 @@ use crate::types::ClusterSpec;
 const DATA: &str = include_str!("kubespray_images.txt");
 
 /// The prefix of every key this list gives its images (`kubespray/etcd`).
-pub const KEY_PREFIX: &str = "kubespray/";
+const KEY_PREFIX: &str = "kubespray/";
 
 /// One generator run: a Kubean release, the Kubernetes version it was generated for, and the
 /// image references it printed.
@@ -65,11 +65,6 @@ fn split(reference: &str) -> (&str, &str) {
         Some((repository, tag)) if !tag.contains('/') => (repository, tag),
         _ => (reference, ""),
     }
-}
-
-/// The Kubean release the spec's spray-job image names, when its list is known.
-pub fn known_for(spec: &ClusterSpec) -> bool {
-    section(spec).is_some()
 }
 
 fn section(spec: &ClusterSpec) -> Option<&'static Section> {
@@ -192,7 +187,6 @@ mod tests {
         assert!(all.iter().all(|r| r.starts_with("mirror.local:5000/")));
         spec.kubean.spray_job_image = "ghcr.io/kubean-io/spray-job:v0.36.0".into();
         assert!(images(&spec).is_empty());
-        assert!(!known_for(&spec));
     }
 
     #[test]

@@ -158,7 +158,7 @@ async fn client(which: &str, access: &ClientOptions) -> Result<::kube::Client, W
 
 /// Runs `request`. The management cluster is never guessed: management objects without
 /// `management_access` are refused before anything is called.
-pub async fn run(request: Request, progress: Progress<'_>) -> Result<Outcome, WorkflowError> {
+pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome, WorkflowError> {
     if request.management.is_empty() && request.cluster.is_empty() {
         return Err(WorkflowError("nothing to apply".into()));
     }
@@ -185,12 +185,15 @@ pub async fn run(request: Request, progress: Progress<'_>) -> Result<Outcome, Wo
         aws_side(&request, spec, bundle, &later, &mut *progress).await?;
     }
     let helm_bundle = match &request.spec {
-        Some((_, bundle)) if request.helm && !request.diff => Some(bundle.clone()),
+        Some((_, bundle)) if request.helm && !request.diff => Some(bundle),
         _ => None,
     };
+    // The batches own the objects; the request keeps what the later steps read.
+    let management = std::mem::take(&mut request.management);
+    let cluster = std::mem::take(&mut request.cluster);
     let mut batches: Vec<Batch> = Vec::new();
     if let Some(access) = &request.management_access {
-        let (namespaces, rest) = namespaces_first(request.management.clone());
+        let (namespaces, rest) = namespaces_first(management);
         for objects in [namespaces, rest] {
             batches.push(Batch {
                 which: "management cluster",
@@ -199,7 +202,7 @@ pub async fn run(request: Request, progress: Progress<'_>) -> Result<Outcome, Wo
             });
         }
     }
-    let (namespaces, rest) = namespaces_first(request.cluster.clone());
+    let (namespaces, rest) = namespaces_first(cluster);
     for objects in [namespaces, rest] {
         batches.push(Batch {
             which: "new cluster",

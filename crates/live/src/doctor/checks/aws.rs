@@ -82,15 +82,9 @@ pub(super) fn api_port(s: &Snapshot, f: &Facts) -> Check {
     };
     let port = f.network.api_port;
     let by_group = cp
-        .ingress
-        .iter()
-        .filter(|r| r.admits_tcp(port))
-        .find_map(|r| {
-            r.groups
-                .iter()
-                .find(|g| node_ids.contains(g))
-                .map(|g| format!("{} admits TCP {port} from {g}", cp.id))
-        });
+        .groups_admitted(port)
+        .find(|g| node_ids.iter().any(|n| n == g))
+        .map(|g| format!("{} admits TCP {port} from {g}", cp.id));
     let by_cidr = cp
         .ingress
         .iter()
