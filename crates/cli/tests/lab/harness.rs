@@ -724,3 +724,20 @@ pub fn pool_of(nc: &DynamicObject) -> &str {
         .map(String::as_str)
         .unwrap_or("")
 }
+
+/// Whether a pod counts as healthy for its PodDisruptionBudget: Ready and not being deleted.
+pub fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether a drain must go through the pod's PodDisruptionBudget: Ready and Running. The
+/// eviction API lets a Pending pod go whatever its budget says, and the lab's hollow kubelet
+/// writes Ready=True a moment (seconds, under load) before it writes phase Running: a drain
+/// started when the pods are only Ready can take them all at once. Wait on this before a drain.
+pub fn pod_available(p: &Pod) -> bool {
+    pod_ready(p) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}

@@ -14,7 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::harness::{Lab, is_true, pool_of};
+use crate::harness::{Lab, is_true, pod_available, pod_ready, pool_of};
 
 const POOL: &str = "workload-general";
 const APP: &str = "drift-web";
@@ -69,14 +69,6 @@ fn pdb() -> PodDisruptionBudget {
         "spec": {"minAvailable": MIN_AVAILABLE, "selector": {"matchLabels": {"app": APP}}}
     }))
     .unwrap()
-}
-
-fn ready(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none()
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn app_pods(lab: &Lab) -> Vec<Pod> {
@@ -179,7 +171,7 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
                 .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
                 .count();
             (pods.len() == REPLICAS
-                && pods.iter().all(ready)
+                && pods.iter().all(pod_available)
                 && claims.len() == REPLICAS
                 && unbound == 0)
                 .then_some(())
@@ -341,7 +333,7 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
             doctor_said = Some(drift_check(&lab, &spec));
         }
         let pods = app_pods(&lab);
-        let ready_now = pods.iter().filter(|p| ready(p)).count();
+        let ready_now = pods.iter().filter(|p| pod_ready(p)).count();
         fewest_ready = fewest_ready.min(ready_now);
         assert!(
             ready_now >= MIN_AVAILABLE,
@@ -363,7 +355,10 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
                     .is_some_and(|nc| image(nc) == new_image)
             })
             .collect();
-        if replaced && pods.len() == REPLICAS && pods.iter().all(ready) && on_new.iter().all(|x| *x)
+        if replaced
+            && pods.len() == REPLICAS
+            && pods.iter().all(pod_available)
+            && on_new.iter().all(|x| *x)
         {
             break;
         }

@@ -84,14 +84,6 @@ fn remove_budget(lab: &Lab) {
         .block_on(budgets.delete(APP, &DeleteParams::default()));
 }
 
-fn ready(p: &Pod) -> bool {
-    p.metadata.deletion_timestamp.is_none()
-        && p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn app_pods(pods: Vec<Pod>) -> Vec<Pod> {
     pods.into_iter()
         .filter(|p| {
@@ -111,11 +103,11 @@ fn node_of(p: &Pod) -> &str {
         .unwrap_or("")
 }
 
-/// The app's Ready pods, by node.
+/// The app's pods a drain must take through their budget (Ready and Running), by node.
 fn ready_on(lab: &Lab, node: &str) -> usize {
     app_pods(lab.pods("default"))
         .iter()
-        .filter(|p| ready(p) && node_of(p) == node)
+        .filter(|p| lab::pod_available(p) && node_of(p) == node)
         .count()
 }
 
@@ -308,12 +300,12 @@ impl BudgetWatch {
                         .filter_map(|n| n.metadata.name.clone())
                         .filter(|n| *n != reclaimed_node)
                         .collect();
-                    let ready_count = list.items.iter().filter(|p| ready(p)).count();
+                    let ready_count = list.items.iter().filter(|p| lab::pod_ready(p)).count();
                     let on_lost = list
                         .items
                         .iter()
                         .filter(|p| {
-                            !ready(p)
+                            !lab::pod_ready(p)
                                 && p.metadata.deletion_timestamp.is_none()
                                 && lost.iter().any(|n| *n == node_of(p))
                         })
