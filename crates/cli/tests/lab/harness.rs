@@ -169,6 +169,10 @@ impl Lab {
         };
         live(&format!("== {test} on the lab"));
         lab.reset();
+        live(&format!(
+            "   set-up: reset {:.1}s",
+            lab.began.elapsed().as_secs_f64()
+        ));
         lab.started = Instant::now();
         Some(lab)
     }
@@ -305,8 +309,16 @@ for name, kind in [{}]:
         edit: impl FnOnce(String) -> String,
     ) -> Option<(Lab, PathBuf, PathBuf)> {
         let lab = Lab::require(test)?;
+        let rendering = Instant::now();
         let (spec, bundle) = lab.render(edit);
+        let deploying = Instant::now();
         lab.deploy(&spec, &bundle);
+        // Where a lab test's fixed cost goes (CI time: docs/architecture.md).
+        live(&format!(
+            "   set-up: render {:.1}s, deploy {:.1}s",
+            (deploying - rendering).as_secs_f64(),
+            deploying.elapsed().as_secs_f64()
+        ));
         Some((lab, spec, bundle))
     }
 
@@ -323,6 +335,12 @@ for name, kind in [{}]:
         // Kubean's own namespace exists wherever Kubean is installed.
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         let kubeconfig = self.var("KUBECONFIG");
+        let mut at = Instant::now();
+        let mut steps: Vec<String> = Vec::new();
+        let mut took = |step: &str| {
+            steps.push(format!("{step} {:.1}s", at.elapsed().as_secs_f64()));
+            at = Instant::now();
+        };
         // The AWS side in moto (on top of what the lab seeded: the interruption queue and its
         // rules among it) before Karpenter starts, so it finds its queue at once; Karpenter
         // runs as a process, not a Helm release.
@@ -333,21 +351,26 @@ for name, kind in [{}]:
             &kubeconfig,
             "--skip-helm",
         ]);
+        took("apply");
         self.lab(&["karpenter", bundle.to_str().unwrap()]);
+        took("karpenter");
         self.lab(&["ccm", bundle.to_str().unwrap()]);
+        took("ccm");
         // Static join mode renders no rotator: the token is in the userData.
-        if !bundle.join("rotator/join-token-rotator.yaml").exists() {
-            return;
+        if bundle.join("rotator/join-token-rotator.yaml").exists() {
+            self.lab(&["controller", bundle.to_str().unwrap(), controller]);
+            took("controller");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while self.aws(STORES_WITH_A_TOKEN) == "0" {
+                assert!(
+                    Instant::now() < deadline,
+                    "the rotator published no join token in 60s"
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            took("first token");
         }
-        self.lab(&["controller", bundle.to_str().unwrap(), controller]);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.aws(STORES_WITH_A_TOKEN) == "0" {
-            assert!(
-                Instant::now() < deadline,
-                "the rotator published no join token in 60s"
-            );
-            std::thread::sleep(Duration::from_secs(1));
-        }
+        live(&format!("   deploy: {}", steps.join(", ")));
     }
 
     fn apply_json(&self, obj: &Value) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lab::{Lab, edit_store};
 use serde_json::{Value, json};
 
@@ -95,11 +95,55 @@ fn assert_stalled(result: &Value, name: &str, phase: &str, hint: &str) {
     );
 }
 
+/// Deletes the bundle's own smoke pods (`verify/`, which apply starts), then every NodeClaim
+/// until none and no Karpenter Node has been seen for longer than Karpenter's longest
+/// provisioning batch (10 s): a batch begun before the pods went may still launch a node for
+/// them. Otherwise the GPU node launched for the bundle's vectoradd pod may be up with room by
+/// the time verify's GPU pod comes, and verify rightly proves no scale-up.
+fn without_capacity(lab: &mut Lab) {
+    const QUIET: Duration = Duration::from_secs(12);
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
+    let claims = lab.dynamic("karpenter.sh", "v1", "NodeClaim");
+    lab.rt
+        .block_on(pods.delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default().labels("kubean-karpenter.io/verify"),
+        ))
+        .unwrap();
+    let mut empty_since: Option<std::time::Instant> = None;
+    lab.wait(
+        "no NodeClaim or Karpenter Node for 12s",
+        Duration::from_secs(180),
+        |l| {
+            let karpenter_nodes = l
+                .nodes()
+                .iter()
+                .filter(|n| {
+                    n.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|m| m.contains_key("karpenter.sh/nodepool"))
+                })
+                .count();
+            if l.nodeclaims().is_empty() && karpenter_nodes == 0 {
+                let since = *empty_since.get_or_insert_with(std::time::Instant::now);
+                return (since.elapsed() >= QUIET).then_some(());
+            }
+            empty_since = None;
+            let _ = l.rt.block_on(
+                claims.delete_collection(&DeleteParams::default(), &ListParams::default()),
+            );
+            None
+        },
+    );
+}
+
 #[test]
 fn verify_proves_cpu_and_gpu_scale_up_and_cleans_up() {
-    let Some((lab, spec, _)) = Lab::deployed("verify: passing run", |s| s) else {
+    let Some((mut lab, spec, _)) = Lab::deployed("verify: passing run", |s| s) else {
         return;
     };
+    without_capacity(&mut lab);
     let (code, result) = verify(&lab, &spec, &["--timeout", "3m"]);
     eprintln!("{result:#}");
     assert_eq!(code, 0, "{result:#}");
