@@ -225,6 +225,36 @@ impl Lab {
         );
     }
 
+    /// Several `testbed/lab` commands side by side; panics with the output of each that failed.
+    pub fn lab_together(&self, commands: &[Vec<&str>]) {
+        let running: Vec<_> = commands
+            .iter()
+            .map(|args| {
+                let child = self
+                    .command(repo().join("testbed/lab"))
+                    .args(args)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                (args, child)
+            })
+            .collect();
+        let failed: Vec<String> = running
+            .into_iter()
+            .filter_map(|(args, child)| {
+                let out = child.wait_with_output().unwrap();
+                (!out.status.success()).then(|| {
+                    format!(
+                        "testbed/lab {args:?}: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                })
+            })
+            .collect();
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+
     /// Python with boto3 against the lab's moto (the tests' window on "AWS").
     pub fn aws(&self, script: &str) -> String {
         let out = self.command("python3").arg("-c").arg(format!("import boto3, json, sys\nec2 = boto3.client('ec2')\nssm = boto3.client('ssm')\n{script}")).output().unwrap();
@@ -352,14 +382,17 @@ for name, kind in [{}]:
             "--skip-helm",
         ]);
         took("apply");
-        self.lab(&["karpenter", bundle.to_str().unwrap()]);
-        took("karpenter");
-        self.lab(&["ccm", bundle.to_str().unwrap()]);
-        took("ccm");
+        // Karpenter, the CCM and the controller need nothing of each other to start.
+        let bundle_path = bundle.to_str().unwrap();
+        let mut daemons = vec![vec!["karpenter", bundle_path], vec!["ccm", bundle_path]];
         // Static join mode renders no rotator: the token is in the userData.
-        if bundle.join("rotator/join-token-rotator.yaml").exists() {
-            self.lab(&["controller", bundle.to_str().unwrap(), controller]);
-            took("controller");
+        let rotator = bundle.join("rotator/join-token-rotator.yaml").exists();
+        if rotator {
+            daemons.push(vec!["controller", bundle_path, controller]);
+        }
+        self.lab_together(&daemons);
+        took("karpenter, ccm and controller");
+        if rotator {
             let deadline = Instant::now() + Duration::from_secs(60);
             while self.aws(STORES_WITH_A_TOKEN) == "0" {
                 assert!(
@@ -590,6 +623,13 @@ for name, kind in [{}]:
                 .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await;
         });
+        let mut steps = Vec::new();
+        let mut at = Instant::now();
+        let mut took = |step: &str| {
+            steps.push(format!("{step} {:.1}s", at.elapsed().as_secs_f64()));
+            at = Instant::now();
+        };
+        took("deletes");
         let deadline = Instant::now() + Duration::from_secs(180);
         while !self.nodeclaims().is_empty() {
             assert!(
@@ -601,6 +641,7 @@ for name, kind in [{}]:
         }
         // With no NodeClaim left, a Karpenter instance still running is a leak that Karpenter's
         // garbage collection would take minutes to find: terminate it as that would.
+        took("NodeClaims gone");
         self.aws(TERMINATE_LEAKED);
         // The node runner halts a terminated instance on its next poll; until then its kubelet
         // runs and would register its Node again after the delete below, so the next test
@@ -618,6 +659,7 @@ for name, kind in [{}]:
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+        took("instances halted");
         // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
         // before the CCM notices; remove them so the next test starts clean.
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -625,6 +667,8 @@ for name, kind in [{}]:
             rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
         // The next deploy waits for its own rotator to publish the join configuration.
         self.aws(DELETE_STORES);
+        took("Nodes and stores");
+        live(&format!("   reset: {}", steps.join(", ")));
         self.phases.clear();
     }
 }

@@ -96,12 +96,12 @@ fn assert_stalled(result: &Value, name: &str, phase: &str, hint: &str) {
 }
 
 /// Deletes the bundle's own smoke pods (`verify/`, which apply starts), then every NodeClaim
-/// until none and no Karpenter Node has been seen for longer than Karpenter's longest
-/// provisioning batch (10 s): a batch begun before the pods went may still launch a node for
-/// them. Otherwise the GPU node launched for the bundle's vectoradd pod may be up with room by
+/// until none and no Karpenter Node has been seen for longer than the lab Karpenter's longest
+/// provisioning batch (`BATCH_MAX_DURATION=5s` in testbed/lab): a batch begun before the pods
+/// went may still launch a node for them. Otherwise the GPU node launched for the bundle's vectoradd pod may be up with room by
 /// the time verify's GPU pod comes, and verify rightly proves no scale-up.
 fn without_capacity(lab: &mut Lab) {
-    const QUIET: Duration = Duration::from_secs(12);
+    const QUIET: Duration = Duration::from_secs(8);
     let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
     let claims = lab.dynamic("karpenter.sh", "v1", "NodeClaim");
     lab.rt
@@ -112,7 +112,7 @@ fn without_capacity(lab: &mut Lab) {
         .unwrap();
     let mut empty_since: Option<std::time::Instant> = None;
     lab.wait(
-        "no NodeClaim or Karpenter Node for 12s",
+        "no NodeClaim or Karpenter Node for 8s",
         Duration::from_secs(180),
         |l| {
             let karpenter_nodes = l
