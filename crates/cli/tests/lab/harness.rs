@@ -213,16 +213,7 @@ impl Lab {
 
     /// `testbed/lab ARGS`.
     pub fn lab(&self, args: &[&str]) {
-        let out = self
-            .command(repo().join("testbed/lab"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "testbed/lab {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.lab_together(&[args.to_vec()]);
     }
 
     /// Several `testbed/lab` commands side by side; panics with the output of each that failed.
@@ -365,12 +356,7 @@ for name, kind in [{}]:
         // Kubean's own namespace exists wherever Kubean is installed.
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         let kubeconfig = self.var("KUBECONFIG");
-        let mut at = Instant::now();
-        let mut steps: Vec<String> = Vec::new();
-        let mut took = |step: &str| {
-            steps.push(format!("{step} {:.1}s", at.elapsed().as_secs_f64()));
-            at = Instant::now();
-        };
+        let mut steps = Steps::start();
         // The AWS side in moto (on top of what the lab seeded: the interruption queue and its
         // rules among it) before Karpenter starts, so it finds its queue at once; Karpenter
         // runs as a process, not a Helm release.
@@ -381,7 +367,7 @@ for name, kind in [{}]:
             &kubeconfig,
             "--skip-helm",
         ]);
-        took("apply");
+        steps.took("apply");
         // Karpenter, the CCM and the controller need nothing of each other to start.
         let bundle_path = bundle.to_str().unwrap();
         let mut daemons = vec![vec!["karpenter", bundle_path], vec!["ccm", bundle_path]];
@@ -391,7 +377,7 @@ for name, kind in [{}]:
             daemons.push(vec!["controller", bundle_path, controller]);
         }
         self.lab_together(&daemons);
-        took("karpenter, ccm and controller");
+        steps.took("karpenter, ccm and controller");
         if rotator {
             let deadline = Instant::now() + Duration::from_secs(60);
             while self.aws(STORES_WITH_A_TOKEN) == "0" {
@@ -401,9 +387,9 @@ for name, kind in [{}]:
                 );
                 std::thread::sleep(Duration::from_secs(1));
             }
-            took("first token");
+            steps.took("first token");
         }
-        live(&format!("   deploy: {}", steps.join(", ")));
+        live(&format!("   deploy: {steps}"));
     }
 
     fn apply_json(&self, obj: &Value) {
@@ -599,6 +585,7 @@ for name, kind in [{}]:
                 let _ = std::fs::remove_file(e.path());
             }
         }
+        let mut steps = Steps::start();
         let rt = &self.rt;
         let pools = self.dynamic("karpenter.sh", "v1", "NodePool");
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
@@ -623,13 +610,7 @@ for name, kind in [{}]:
                 .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await;
         });
-        let mut steps = Vec::new();
-        let mut at = Instant::now();
-        let mut took = |step: &str| {
-            steps.push(format!("{step} {:.1}s", at.elapsed().as_secs_f64()));
-            at = Instant::now();
-        };
-        took("deletes");
+        steps.took("deletes");
         let deadline = Instant::now() + Duration::from_secs(180);
         while !self.nodeclaims().is_empty() {
             assert!(
@@ -641,7 +622,7 @@ for name, kind in [{}]:
         }
         // With no NodeClaim left, a Karpenter instance still running is a leak that Karpenter's
         // garbage collection would take minutes to find: terminate it as that would.
-        took("NodeClaims gone");
+        steps.took("NodeClaims gone");
         self.aws(TERMINATE_LEAKED);
         // The node runner halts a terminated instance on its next poll; until then its kubelet
         // runs and would register its Node again after the delete below, so the next test
@@ -659,7 +640,7 @@ for name, kind in [{}]:
             );
             std::thread::sleep(Duration::from_millis(500));
         }
-        took("instances halted");
+        steps.took("instances halted");
         // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
         // before the CCM notices; remove them so the next test starts clean.
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -667,8 +648,8 @@ for name, kind in [{}]:
             rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
         // The next deploy waits for its own rotator to publish the join configuration.
         self.aws(DELETE_STORES);
-        took("Nodes and stores");
-        live(&format!("   reset: {}", steps.join(", ")));
+        steps.took("Nodes and stores");
+        live(&format!("   reset: {steps}"));
         self.phases.clear();
     }
 }
@@ -807,4 +788,32 @@ pub fn pod_ready(p: &Pod) -> bool {
 /// started when the pods are only Ready can take them all at once. Wait on this before a drain.
 pub fn pod_available(p: &Pod) -> bool {
     pod_ready(p) && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Named steps and how long each took, for the set-up lines CI's log shows.
+struct Steps {
+    at: Instant,
+    done: Vec<String>,
+}
+
+impl Steps {
+    fn start() -> Steps {
+        Steps {
+            at: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends the step running since the last one (or the start).
+    fn took(&mut self, step: &str) {
+        self.done
+            .push(format!("{step} {:.1}s", self.at.elapsed().as_secs_f64()));
+        self.at = Instant::now();
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.done.join(", "))
+    }
 }

@@ -98,8 +98,9 @@ fn assert_stalled(result: &Value, name: &str, phase: &str, hint: &str) {
 /// Deletes the bundle's own smoke pods (`verify/`, which apply starts), then every NodeClaim
 /// until none and no Karpenter Node has been seen for longer than the lab Karpenter's longest
 /// provisioning batch (`BATCH_MAX_DURATION=5s` in testbed/lab): a batch begun before the pods
-/// went may still launch a node for them. Otherwise the GPU node launched for the bundle's vectoradd pod may be up with room by
-/// the time verify's GPU pod comes, and verify rightly proves no scale-up.
+/// went may still launch a node for them. Otherwise the GPU node launched for the bundle's
+/// vectoradd pod may be up with room by the time verify's GPU pod comes, and verify rightly
+/// proves no scale-up.
 fn without_capacity(lab: &mut Lab) {
     const QUIET: Duration = Duration::from_secs(8);
     let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
