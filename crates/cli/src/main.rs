@@ -21,6 +21,7 @@ mod plan_cmd;
 mod report;
 mod sources;
 mod token_cmd;
+mod top;
 mod upgrade_cmd;
 mod verify_cmd;
 mod version_cmd;
@@ -93,6 +94,11 @@ enum Command {
     /// zone, $/h) the workloads would create, and which pods stay Pending and why
     /// (exit 1 if any).
     Plan(plan_cmd::PlanArgs),
+    /// The fleet, live: nodes (pool, type, capacity type, zone, age, $/h, CPU / memory / GPU
+    /// requested of allocatable, state), pools with the use of their limits, NodeClaims in
+    /// flight, Pending pods by plan's reason. Follows the cluster by watch; --once prints one
+    /// snapshot (table, JSON or YAML).
+    Top(top::TopArgs),
     /// List EC2 instance types: GPUs, pods, allocatable CPU/memory (Karpenter's AWS
     /// overhead formulas) and on-demand/spot prices; filter by GPU, family, arch, vCPUs.
     Catalog(catalog_cmd::CatalogArgs),
@@ -176,6 +182,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Kubeconfig(args) => kubeconfig_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Plan(args) => plan_cmd::run(args),
+        Command::Top(args) => top::run(&args),
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),
         Command::Controller(args) => controller_cmd::controller(*args),

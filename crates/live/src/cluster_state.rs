@@ -11,8 +11,8 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
-/// (group, version, kind, plural) of each kind read.
-const KINDS: [(&str, &str, &str, &str); 7] = [
+/// (group, version, kind, plural) of each kind read (and `top` watches).
+pub(crate) const KINDS: [(&str, &str, &str, &str); 7] = [
     ("karpenter.sh", "v1", "NodePool", "nodepools"),
     ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
     ("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
@@ -46,18 +46,30 @@ pub async fn read_state(client: &Client) -> Result<Vec<(String, String)>, kube::
         let items: Vec<Value> = list
             .items
             .into_iter()
-            .filter_map(|o| {
-                let mut v = serde_json::to_value(o).ok()?;
-                let m = v.as_object_mut()?;
-                m.insert("apiVersion".into(), json!(api_version));
-                m.insert("kind".into(), json!(kind));
-                Some(v)
-            })
+            .filter_map(|o| typed(o, &api_version, kind))
             .collect();
-        for (i, chunk) in items.chunks(CHUNK).enumerate() {
-            let text = json!({"apiVersion": "v1", "kind": "List", "items": chunk}).to_string();
-            out.push((format!("cluster:{plural}#{i}"), text));
-        }
+        out.extend(list_document(plural, items));
     }
     Ok(out)
+}
+
+/// `items` as `List` documents of at most [`CHUNK`] objects, named `cluster:<plural>#<i>`.
+pub(crate) fn list_document(plural: &str, items: Vec<Value>) -> Vec<(String, String)> {
+    items
+        .chunks(CHUNK)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let text = json!({"apiVersion": "v1", "kind": "List", "items": chunk}).to_string();
+            (format!("cluster:{plural}#{i}"), text)
+        })
+        .collect()
+}
+
+/// An object as JSON with its `apiVersion` and `kind` (a list's items carry neither).
+pub(crate) fn typed(o: DynamicObject, api_version: &str, kind: &str) -> Option<Value> {
+    let mut v = serde_json::to_value(o).ok()?;
+    let m = v.as_object_mut()?;
+    m.insert("apiVersion".into(), json!(api_version));
+    m.insert("kind".into(), json!(kind));
+    Some(v)
 }

@@ -9,7 +9,8 @@
 //! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
-//!   checks), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates).
+//!   checks), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates),
+//!   [`fleet_watch`] (the same kinds followed by watch streams, for `top`).
 //!
 //! Must not hold domain rules — rendering, linting and planning stay in the pure crates — and
 //! must not put secrets in logs, argv or world-readable files. Everything else in the
@@ -23,6 +24,7 @@ pub mod client;
 pub mod cluster_state;
 pub mod controller;
 pub mod doctor;
+pub mod fleet_watch;
 pub mod kube_error;
 pub mod kubeconf;
 pub mod node_network;

@@ -26,7 +26,7 @@
 //! [`solver`] the queue, existing nodes, in-flight and new NodeClaims, limits and relaxation;
 //! [`plan`] the launch choice and the output; [`input`] reads manifests; [`disrupt`] the
 //! disruption controller (its clock, state, methods and report); [`scenario`] the oracle's
-//! formats (docs/fidelity.md); [`gosort`] Go's unstable sort, for Go's order of ties.
+//! formats (docs/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
 
 pub mod gosort;
 /// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).
@@ -34,6 +34,7 @@ pub use kk_karpenter::labels;
 /// The requirement algebra, from `kk-karpenter`.
 pub use kk_karpenter::req;
 pub mod disrupt;
+pub mod fleet;
 pub mod input;
 pub mod model;
 pub mod plan;

@@ -23,6 +23,7 @@ mod monitoring_testbed;
 mod plan;
 mod plan_html;
 mod token_testbed;
+mod top;
 mod upgrade_plan;
 mod version;
 mod versions;

@@ -229,6 +229,8 @@ pub struct ClusterState {
     /// NodePools and EC2NodeClasses as read (what a drift prediction compares), by name.
     pub node_pools: BTreeMap<String, serde_json::Value>,
     pub node_classes: BTreeMap<String, serde_json::Value>,
+    /// NodeClaims as read (`top` shows the ones still in flight), by name.
+    pub node_claims: BTreeMap<String, serde_json::Value>,
     /// The newest timestamp in the inputs (the default "now").
     pub latest: Option<i64>,
     pub warnings: Vec<String>,

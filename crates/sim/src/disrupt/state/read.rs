@@ -469,6 +469,7 @@ pub fn load(
     let mut claims = Vec::new();
     let mut node_pools = BTreeMap::new();
     let mut node_classes = BTreeMap::new();
+    let mut node_claims = BTreeMap::new();
     for file in files {
         let docs = match load_documents(&file.text, LoadLimits::default()) {
             Ok(d) => d,
@@ -538,7 +539,12 @@ pub fn load(
                                 .map(str::to_owned),
                         ));
                     }
-                    "NodeClaim" => claims.extend(read_claim(&mut r, v)),
+                    "NodeClaim" => {
+                        if let Some(name) = object_name(v) {
+                            node_claims.insert(name, v.clone());
+                        }
+                        claims.extend(read_claim(&mut r, v));
+                    }
                     "Pod" => {
                         if let Some(p) = read_pod(&mut r, v) {
                             pods.insert((p.namespace.clone(), p.name.clone()), p);
@@ -700,6 +706,7 @@ pub fn load(
         pdbs: out_pdbs,
         node_pools,
         node_classes,
+        node_claims,
         latest,
         warnings,
     })
