@@ -128,8 +128,9 @@ pub struct FleetTotals {
 /// Hours in an average month (365.25 × 24 ÷ 12), what `$/month` multiplies by.
 pub const HOURS_PER_MONTH: f64 = 730.5;
 
+/// To a millionth; `+ 0.0` turns the `-0.0` an empty float sum gives into `0`.
 fn round(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
+    (x * 1e6).round() / 1e6 + 0.0
 }
 
 /// The catalog's price for one offering as `plan` prices it.
@@ -307,7 +308,7 @@ impl Fleet {
             .collect();
 
         let node_claims_in_flight = claims_in_flight(state, now, keep);
-        let pending = pending_groups(plan);
+        let pending = pending_groups(state, plan);
         let price: f64 = nodes.iter().filter_map(|n| n.price_per_hour).sum();
         let totals = FleetTotals {
             nodes: nodes.len(),
@@ -398,34 +399,41 @@ fn likely_cause(v: &Value, phase: &str) -> String {
     }
 }
 
-/// Pending pods by plan's reason; a pod plan would place on a new NodeClaim waits for it.
-fn pending_groups(plan: &Plan) -> Vec<PendingGroup> {
+/// Pending pods (unbound, phase Pending or none yet) by plan's reason; a pod plan would place
+/// on a new NodeClaim waits for it.
+fn pending_groups(state: &ClusterState, plan: &Plan) -> Vec<PendingGroup> {
+    // An unbound pod some other agent reports Running is not waiting for a node.
+    let waiting = |key: &String| {
+        key.split_once('/').is_none_or(|(ns, name)| {
+            state
+                .pods
+                .get(&(ns.to_owned(), name.to_owned()))
+                .is_none_or(|p| p.phase.is_empty() || p.phase == "Pending")
+        })
+    };
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut add = |reason: String, pods: &[String]| {
+        let pods: Vec<String> = pods.iter().filter(|p| waiting(p)).cloned().collect();
+        if !pods.is_empty() {
+            groups.entry(reason).or_default().extend(pods);
+        }
+    };
     for p in &plan.pending {
-        groups
-            .entry(p.reason.clone())
-            .or_default()
-            .push(p.pod.clone());
+        add(p.reason.clone(), std::slice::from_ref(&p.pod));
     }
     for e in &plan.existing_nodes {
         let reason = format!(
             "fits on existing node {}: the kube-scheduler binds it, Karpenter launches nothing",
             e.node
         );
-        groups
-            .entry(reason)
-            .or_default()
-            .extend(e.pods.iter().cloned());
+        add(reason, &e.pods);
     }
     for c in &plan.node_claims {
         let reason = format!(
             "waiting for a node: NodePool {} launches {} ({})",
             c.node_pool, c.instance_type, c.capacity_type
         );
-        groups
-            .entry(reason)
-            .or_default()
-            .extend(c.pods.iter().cloned());
+        add(reason, &c.pods);
     }
     groups
         .into_iter()

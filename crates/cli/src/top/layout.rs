@@ -20,6 +20,7 @@ pub type Line = Vec<(String, Tone)>;
 /// The narrowest layout.
 pub const MIN_WIDTH: usize = 80;
 const NAME_WIDTH: usize = 13;
+const POOL_WIDTH: usize = 9;
 
 /// Eighths of a cell, for bars of sub-cell resolution.
 const EIGHTHS: [char; 8] = ['▏', '▎', '▍', '▌', '▋', '▊', '▉', '█'];
@@ -116,13 +117,29 @@ fn money(x: f64) -> String {
     }
 }
 
-fn node_line(n: &NodeRow, name_width: usize) -> Line {
+/// Column widths: a wider terminal gives pool names room first (up to 16), then node names.
+#[derive(Clone, Copy)]
+struct Widths {
+    name: usize,
+    pool: usize,
+}
+
+impl Widths {
+    fn for_terminal(width: usize) -> Widths {
+        let extra = width.saturating_sub(MIN_WIDTH);
+        let pool = POOL_WIDTH + extra.min(7);
+        let name = NAME_WIDTH + (extra - (pool - POOL_WIDTH)).min(24);
+        Widths { name, pool }
+    }
+}
+
+fn node_line(n: &NodeRow, w: Widths) -> Line {
     let price = n.price_per_hour.map_or("-".into(), money);
     let mut line = vec![(
         format!(
             "{} {} {} {:<2} {:<2} {:>4} {:>6} ",
-            fit(short_name(&n.name), name_width),
-            fit(n.node_pool.as_deref().unwrap_or("-"), 9),
+            fit(short_name(&n.name), w.name),
+            fit(n.node_pool.as_deref().unwrap_or("-"), w.pool),
             fit(
                 if n.instance_type.is_empty() {
                     "-"
@@ -158,7 +175,7 @@ fn node_line(n: &NodeRow, name_width: usize) -> Line {
 
 /// Every line of the view, `width` columns at most (at least [`MIN_WIDTH`] is assumed).
 pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
-    let name_width = NAME_WIDTH + width.saturating_sub(MIN_WIDTH).min(24);
+    let w = Widths::for_terminal(width);
     let t = &fleet.totals;
     let mut out: Vec<Line> = Vec::new();
     let head = format!(
@@ -180,8 +197,8 @@ pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
     out.push(vec![(
         format!(
             "{} {} {} {:<2} {:<2} {:>4} {:>6} {:<4} {:<4} {:<4} {}",
-            fit("NODE", name_width),
-            fit("POOL", 9),
+            fit("NODE", w.name),
+            fit("POOL", w.pool),
             fit("TYPE", 11),
             "CT",
             "AZ",
@@ -197,7 +214,7 @@ pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
     if fleet.nodes.is_empty() {
         out.push(vec![("(no nodes)".into(), Tone::Dim)]);
     }
-    out.extend(fleet.nodes.iter().map(|n| node_line(n, name_width)));
+    out.extend(fleet.nodes.iter().map(|n| node_line(n, w)));
 
     out.push(Vec::new());
     out.push(vec![(
@@ -254,8 +271,8 @@ pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
             out.push(vec![(
                 format!(
                     "{} {} {} {:<10} {:>4}",
-                    fit(&c.name, name_width),
-                    fit(c.node_pool.as_deref().unwrap_or("-"), 9),
+                    fit(&c.name, w.name),
+                    fit(c.node_pool.as_deref().unwrap_or("-"), w.pool),
                     fit(c.instance_type.as_deref().unwrap_or("-"), 11),
                     c.phase,
                     age(c.age_seconds)

@@ -5,6 +5,7 @@
 //! injects the refusal; where NVML cannot run, the lab's kubelet stands in (lab-kubelet).
 
 use crate::harness as lab;
+use crate::lab_top;
 
 use std::time::Duration;
 
@@ -134,11 +135,23 @@ fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
     let Some((mut lab, _, _)) = Lab::deployed("seed story, CPU pool", |s| s) else {
         return;
     };
+    // Watched in `top` all along: the pane must follow the story without a key pressed.
+    let screen = lab_top::Screen::start(&lab, 100, 40);
+    // (Lab nodes are named after their instance IDs.)
+    let general_node = |p: &str| {
+        p.lines()
+            .any(|l| l.starts_with("i-") && l.contains("workload-general"))
+    };
+    screen.wait_for("no node of the CPU pool yet", MIN, |p| {
+        p.contains("NODE ") && !general_node(p)
+    });
     lab.scale("inflate-workload-general", 2);
     lab.wait("inflate pods Pending (Unschedulable)", MIN, |l| {
         let pods = inflate_pods(l);
         (pods.len() == 2 && pods.iter().all(unschedulable)).then_some(())
     });
+    let pending = lab_top::agrees_with_the_api(&lab);
+    lab::live(&format!("  top's Pending pods: {}", pending["pending"]));
     let pid = follow_to_initialized(&mut lab, "workload-general");
     let node = node_for(&lab, &pid).unwrap();
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -155,6 +168,25 @@ fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
         let pods = inflate_pods(l);
         (pods.len() == 2 && pods.iter().all(running)).then_some(())
     });
+    let id = pid.rsplit('/').next().unwrap().to_owned();
+    let running = lab_top::agrees_with_the_api(&lab);
+    let row = running["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == id.as_str())
+        .unwrap();
+    assert_eq!(row["pods"], 2, "the two inflate pods: {row}");
+    assert!(
+        row["cpu"]["requested"].as_i64().unwrap() >= 2000,
+        "two 1-CPU inflate pods: {row}"
+    );
+    let pane = screen.wait_for("the launched node, initialized", MIN, |p| {
+        p.lines().any(|l| {
+            l.starts_with(&id) && l.contains("workload-general") && l.contains("initialized")
+        })
+    });
+    lab::live(&format!("  top's pane:\n{pane}"));
 
     lab.scale("inflate-workload-general", 0);
     lab.wait(
@@ -169,6 +201,8 @@ fn seed_story_cpu_pool_scales_up_joins_initializes_and_consolidates_to_zero() {
         )
         .then_some(())
     });
+    screen.wait_for("the node gone again", MIN, |p| !p.contains(&id));
+    screen.quit();
     lab.print_phases();
 }
 

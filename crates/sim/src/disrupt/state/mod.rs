@@ -138,6 +138,8 @@ pub struct PodInfo {
     pub started: Option<i64>,
     pub created: Option<i64>,
     pub terminal: bool,
+    /// `status.phase` (empty when the pod has no status yet).
+    pub phase: String,
     pub terminating: bool,
     pub deletion_cost: Option<f64>,
     pub priority: Option<i64>,

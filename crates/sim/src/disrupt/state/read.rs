@@ -328,6 +328,7 @@ fn read_pod(r: &mut Reader, v: &Value) -> Option<PodInfo> {
         started: r.time(v, "status.startTime"),
         created: r.time(v, "metadata.creationTimestamp"),
         terminal: phase == "Succeeded" || phase == "Failed",
+        phase: phase.to_owned(),
         terminating: v
             .pointer("/metadata/deletionTimestamp")
             .is_some_and(|x| !x.is_null()),
