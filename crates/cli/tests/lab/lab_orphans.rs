@@ -3,12 +3,15 @@
 //! the lab under its own service account) removes that Node once its grace has passed and
 //! records an Event, while the Node of a live NodeClaim, launched by the real Karpenter,
 //! stays through the same passes. The impostor's first try, a Node without Karpenter's
-//! `karpenter.sh/unregistered` taint, is refused by the node registration policy.
+//! `karpenter.sh/unregistered` taint, is refused by the node registration policy. Last, a
+//! join-token holder's CSR for an instance no NodeClaim names is denied, and the approver's
+//! `/metrics` (scraped) count that denial and the live node's approval.
 
 use crate::harness as lab;
 
 use std::time::Duration;
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use lab::{Lab, claim_of, is_true};
@@ -169,5 +172,115 @@ fn a_node_registered_again_with_a_terminated_instances_credentials_is_removed_an
         still.iter().map(|n| &n.metadata.name).collect::<Vec<_>>()
     );
     assert!(claim_of(&lab, "workload-general").is_some_and(|nc| is_true(&nc, "Initialized")));
+
+    // A join-token holder asks for a client certificate for an instance no NodeClaim names:
+    // denied. The approver's /metrics count that denial and the live node's approval.
+    let csr = format!("kk-lab-denied-{}", gone.trim_start_matches("i-"));
+    submit_token_csr(&lab, &csr, &gone);
+    let reason = lab.wait("the approver denied the stray CSR", MIN, |l| {
+        let api: Api<CertificateSigningRequest> = Api::all(l.client.clone());
+        let c = l.rt.block_on(api.get(&csr)).ok()?;
+        let cond = c.status?.conditions?.into_iter().next()?;
+        (cond.type_ == "Denied").then(|| cond.reason.unwrap_or_default())
+    });
+    assert_eq!(reason, "KubeanKarpenterRefused");
+    let metrics = scrape_approver();
+    let count = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in the approver's /metrics:\n{metrics}"))
+    };
+    let approved = count(
+        "kubean_karpenter_csr_decisions_total{condition=\"Approved\",reason=\"KubeanKarpenterNodeClaim\"}",
+    );
+    let refused = count(
+        "kubean_karpenter_csr_decisions_total{condition=\"Denied\",reason=\"KubeanKarpenterRefused\"}",
+    );
+    lab::live(&format!(
+        "  approver /metrics: approved {approved}, refused {refused}"
+    ));
+    assert!(
+        approved >= 1.0,
+        "the live node's CSR was approved: {approved}"
+    );
+    assert!(refused >= 1.0, "the stray CSR was denied: {refused}");
     lab.print_phases();
+}
+
+/// Files a kubelet client CSR for `instance` as a holder of our join token would (impersonated:
+/// a bootstrap-token user in the join group).
+fn submit_token_csr(lab: &Lab, name: &str, instance: &str) {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-nodes",
+            "-keyout",
+            "/dev/null",
+            "-newkey",
+            "ec",
+        ])
+        .args(["-pkeyopt", "ec_paramgen_curve:prime256v1", "-subj"])
+        .arg(format!("/O=system:nodes/CN=system:node:{instance}"))
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = lab.rt.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(lab.var("KUBECONFIG")).unwrap();
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        cfg.auth_info.impersonate = Some("system:bootstrap:kklab1".into());
+        cfg.auth_info.impersonate_groups = Some(vec![
+            kk_live::token::JOIN_TOKEN_GROUP.into(),
+            "system:authenticated".into(),
+        ]);
+        kube::Client::try_from(cfg).unwrap()
+    });
+    let body: CertificateSigningRequest = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "request": k8s_openapi::ByteString(out.stdout),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+        }
+    }))
+    .unwrap();
+    let api: Api<CertificateSigningRequest> = Api::all(client);
+    lab.rt
+        .block_on(api.create(&PostParams::default(), &body))
+        .expect("a join-token holder may file a CSR");
+}
+
+/// The lab's CSR approver's /metrics (its address is the first line of its log).
+fn scrape_approver() -> String {
+    let env = std::path::PathBuf::from(std::env::var("KK_LAB_ENV").expect("KK_LAB_ENV"));
+    let log = env.parent().unwrap().join("logs/csr-approver.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let addr = text
+        .lines()
+        .find_map(|l| l.strip_prefix("serving /metrics, /healthz and /readyz on "))
+        .unwrap_or_else(|| panic!("no metrics address in {}", log.display()))
+        .to_owned();
+    let out = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            "--max-time",
+            "10",
+            &format!("http://{addr}/metrics"),
+        ])
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "GET /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
