@@ -17,6 +17,8 @@ use serde_json::Value;
 use crate::disrupt::state::ClusterState;
 use crate::labels;
 use crate::plan::Plan;
+use crate::solver::Input;
+use kk_model::quantity::Quantity;
 
 /// Karpenter prices a reserved offering at on-demand ÷ 10⁷ (so it always sorts first).
 const RESERVED_PRICE_DIVISOR: f64 = 1e7;
@@ -308,7 +310,16 @@ impl Fleet {
             .collect();
 
         let node_claims_in_flight = claims_in_flight(state, now, keep);
-        let pending = pending_groups(state, plan);
+        // An unbound pod some other agent reports Running is not waiting for a node.
+        let waiting = |key: &String| {
+            key.split_once('/').is_none_or(|(ns, name)| {
+                state
+                    .pods
+                    .get(&(ns.to_owned(), name.to_owned()))
+                    .is_none_or(|p| p.phase.is_empty() || p.phase == "Pending")
+            })
+        };
+        let pending = pending_groups(plan, waiting);
         let price: f64 = nodes.iter().filter_map(|n| n.price_per_hour).sum();
         let totals = FleetTotals {
             nodes: nodes.len(),
@@ -321,6 +332,90 @@ impl Fleet {
             nodes,
             pools,
             node_claims_in_flight,
+            pending,
+            totals,
+        }
+    }
+}
+
+impl Fleet {
+    /// The view of a plan: its NodeClaims as nodes (named `#1`, `#2`…, state `planned`), each
+    /// with what its pods and DaemonSets request of the likely type's allocatable; its pools;
+    /// its Pending pods by reason (what `plan --html` draws).
+    pub fn from_plan(plan: &Plan, input: &Input) -> Fleet {
+        let mut nodes = Vec::new();
+        for (i, c) in plan.node_claims.iter().enumerate() {
+            let pool = input.pools.iter().find(|p| p.name == c.node_pool);
+            let alloc = pool
+                .zip(input.catalog.get(&c.instance_type))
+                .map(|(p, it)| it.allocatable(&p.kubelet));
+            let allocatable = |name: &str| alloc.as_ref().map_or(0, |a| a.get(name));
+            let requested = |name: &str| {
+                c.requests
+                    .get(name)
+                    .and_then(|q| Quantity::parse(q).ok())
+                    .map_or(0, |q| r::quantity_units(name, &q))
+            };
+            let gpu = GPU_RESOURCES.iter().fold(Use::default(), |acc, g| Use {
+                requested: acc.requested + requested(g),
+                allocatable: acc.allocatable + allocatable(g),
+            });
+            nodes.push(NodeRow {
+                name: format!("#{}", i + 1),
+                node_pool: Some(c.node_pool.clone()),
+                instance_type: c.instance_type.clone(),
+                capacity_type: c.capacity_type.clone(),
+                zone: c.zone.clone(),
+                age_seconds: None,
+                price_per_hour: Some(c.price_per_hour),
+                cpu: Use {
+                    requested: requested(r::CPU),
+                    allocatable: allocatable(r::CPU),
+                },
+                memory: Use {
+                    requested: requested(r::MEMORY),
+                    allocatable: allocatable(r::MEMORY),
+                },
+                gpu,
+                pods: c.pods.len(),
+                state: "planned".into(),
+            });
+        }
+        let mut pools = Vec::new();
+        for p in &input.pools {
+            let mine: Vec<&NodeRow> = nodes
+                .iter()
+                .filter(|n| n.node_pool.as_deref() == Some(p.name.as_str()))
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let price: f64 = mine.iter().filter_map(|n| n.price_per_hour).sum();
+            pools.push(PoolRow {
+                name: p.name.clone(),
+                nodes: mine.len(),
+                price_per_hour: round(price),
+                limits: BTreeMap::new(),
+            });
+        }
+        let pending = pending_groups(plan, |_| true)
+            .into_iter()
+            .filter(|g| {
+                !g.reason.starts_with("waiting for a node") && !g.reason.starts_with("fits on")
+            })
+            .collect::<Vec<_>>();
+        let price = plan.totals.price_per_hour;
+        let totals = FleetTotals {
+            nodes: nodes.len(),
+            price_per_hour: round(price),
+            price_per_month: round(price * HOURS_PER_MONTH),
+            pending_pods: pending.iter().map(|g| g.pods.len()).sum(),
+            node_claims_in_flight: 0,
+        };
+        Fleet {
+            nodes,
+            pools,
+            node_claims_in_flight: Vec::new(),
             pending,
             totals,
         }
@@ -399,21 +494,12 @@ fn likely_cause(v: &Value, phase: &str) -> String {
     }
 }
 
-/// Pending pods (unbound, phase Pending or none yet) by plan's reason; a pod plan would place
-/// on a new NodeClaim waits for it.
-fn pending_groups(state: &ClusterState, plan: &Plan) -> Vec<PendingGroup> {
-    // An unbound pod some other agent reports Running is not waiting for a node.
-    let waiting = |key: &String| {
-        key.split_once('/').is_none_or(|(ns, name)| {
-            state
-                .pods
-                .get(&(ns.to_owned(), name.to_owned()))
-                .is_none_or(|p| p.phase.is_empty() || p.phase == "Pending")
-        })
-    };
+/// The pods `keep` admits by plan's reason; a pod plan would place on a new NodeClaim waits for
+/// it, one that fits an existing node waits for the kube-scheduler.
+fn pending_groups(plan: &Plan, keep: impl Fn(&String) -> bool) -> Vec<PendingGroup> {
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut add = |reason: String, pods: &[String]| {
-        let pods: Vec<String> = pods.iter().filter(|p| waiting(p)).cloned().collect();
+        let pods: Vec<String> = pods.iter().filter(|p| keep(p)).cloned().collect();
         if !pods.is_empty() {
             groups.entry(reason).or_default().extend(pods);
         }

@@ -1,27 +1,33 @@
 //! `plan --html FILE`: the plan as one self-contained page — no network, no external file:
-//! inline CSS, inline SVG, a few lines of inline script. Each NodeClaim is a box whose width is
-//! its allocatable CPU and height its allocatable memory (one scale for the whole page), with
-//! its pods packed inside as a staircase: pod k spans the CPU and memory the pods before it did
-//! not use, so the corner the staircase reaches is what the pods request and whichever edge it
-//! nears first is the binding resource. Below: existing nodes that took pods, Pending pods
-//! grouped by reason, $/h per NodePool and in total, warnings. Every pod carries its `--explain`
-//! text: a tooltip on hover (SVG `<title>`, no script needed), the side panel on click.
+//! inline CSS, inline SVG, a few lines of inline script. NodeClaims are small multiples grouped
+//! by NodePool (each group with its count, $/h and $/month), so a fleet of hundreds fits a few
+//! screens. Each is a card with CPU, memory and GPU requested of allocatable as bars, and a box
+//! whose width is its allocatable CPU and height its allocatable memory (one scale for the whole
+//! page), with its pods packed inside as a staircase: pod k spans the CPU and memory the pods
+//! before it did not use, so the corner the staircase reaches is what the pods request and
+//! whichever edge it nears first is the binding resource; its pods, requests and allocatable
+//! fold out. Also: $/h and $/month per NodePool and in total, existing nodes that took pods,
+//! Pending pods grouped by reason, warnings. Every pod carries its `--explain` text: a tooltip
+//! on hover (SVG `<title>`, no script needed), the side panel on click.
 //!
-//! Built only from plan's public output (`kk_sim::Plan`, `Explanation`) and the public input
-//! (`kk_sim::Input`: pods' requests, pools' kubelet settings, the catalog for allocatable).
+//! Built only from plan's public output (`kk_sim::Plan`, `Explanation`), the public input
+//! (`kk_sim::Input`: pods' requests, pools' kubelet settings, the catalog for allocatable) and
+//! the view model `top` draws too (`kk_sim::fleet::Fleet::from_plan`).
 //! Deterministic: the same plan gives the same bytes (ordered maps, fixed number formats).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use kk_catalog::resources::{self as r, Resources, format_quantity};
+use kk_sim::fleet::{Fleet, HOURS_PER_MONTH, Use};
 use kk_sim::{Input, Plan};
 
 /// Widest and tallest NodeClaim box, in CSS pixels; every other box is to the same scale.
-const MAX_BOX_W: f64 = 360.0;
-const MAX_BOX_H: f64 = 220.0;
+/// Small multiples: a few hundred NodeClaims fit a few screens.
+const MAX_BOX_W: f64 = 110.0;
+const MAX_BOX_H: f64 = 44.0;
 /// Smallest box side, so a 2-vCPU node next to a 192-vCPU one stays visible.
-const MIN_BOX: f64 = 36.0;
+const MIN_BOX: f64 = 16.0;
 /// Smallest pod side: a 10m / 16Mi pod must still be a target for the mouse.
 const MIN_POD: f64 = 2.0;
 
@@ -85,6 +91,7 @@ pub fn html(plan: &Plan, input: &Input, explanations: &BTreeMap<String, String>)
     };
     let (max_cpu, max_mem) = (max(r::CPU), max(r::MEMORY));
     let (sx, sy) = (MAX_BOX_W / max_cpu, MAX_BOX_H / max_mem);
+    let fleet = Fleet::from_plan(plan, input);
 
     let mut h = String::new();
     h.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
@@ -98,17 +105,19 @@ pub fn html(plan: &Plan, input: &Input, explanations: &BTreeMap<String, String>)
         "<header><h1>Karpenter plan</h1><p id=\"summary\"><span class=\"num\" data-field=\"totals.nodes\">{}</span> new NodeClaim{}, \
          <span class=\"num\" data-field=\"totals.podsPlaced\">{}</span> pod{} placed, \
          <span class=\"num\" data-field=\"totals.podsPending\">{}</span> Pending, \
-         $<span class=\"num\" data-field=\"totals.pricePerHour\">{}</span>/h</p></header>",
+         $<span class=\"num\" data-field=\"totals.pricePerHour\">{}</span>/h, \
+         $<span class=\"num\" data-field=\"totals.pricePerMonth\">{}</span>/month</p></header>",
         t.nodes,
         plural(t.nodes),
         t.pods_placed,
         plural(t.pods_placed),
         t.pods_pending,
-        price(t.price_per_hour)
+        price(t.price_per_hour),
+        month(t.price_per_hour)
     );
     h.push_str("<main>\n");
-    pools_table(&mut h, plan);
-    claims(&mut h, plan, &boxes, &pods, sx, sy);
+    pools_table(&mut h, plan, &fleet);
+    claims(&mut h, plan, &fleet, &boxes, &pods, sx, sy);
     existing(&mut h, plan, &pods);
     pending(&mut h, plan, &pods);
     if !plan.warnings.is_empty() {
@@ -144,40 +153,111 @@ fn allocatable(input: &Input, pool: &str, instance_type: &str) -> Option<Resourc
     Some(it.allocatable(&pool.kubelet))
 }
 
-fn pools_table(h: &mut String, plan: &Plan) {
-    let mut by_pool: BTreeMap<&str, (usize, f64, usize)> = BTreeMap::new();
-    for c in &plan.node_claims {
-        let e = by_pool.entry(&c.node_pool).or_default();
-        e.0 += 1;
-        e.1 += c.price_per_hour;
-        e.2 += c.pods.len();
-    }
-    h.push_str("<section id=\"pools\"><h2>Cost by NodePool</h2>\n<table>\n<thead><tr><th>NodePool</th><th>NodeClaims</th><th>pods</th><th>$/h</th></tr></thead>\n<tbody>\n");
-    for (pool, (n, cost, pods)) in &by_pool {
+fn pools_table(h: &mut String, plan: &Plan, fleet: &Fleet) {
+    h.push_str("<section id=\"pools\"><h2>Cost by NodePool</h2>\n<table>\n<thead><tr><th>NodePool</th><th>NodeClaims</th><th>pods</th><th>$/h</th><th>$/month</th></tr></thead>\n<tbody>\n");
+    for pool in &fleet.pools {
+        let pods: usize = plan
+            .node_claims
+            .iter()
+            .filter(|c| c.node_pool == pool.name)
+            .map(|c| c.pods.len())
+            .sum();
         let _ = writeln!(
             h,
-            "<tr class=\"pool\" data-pool=\"{p}\"><td>{p}</td><td class=\"num\">{n}</td><td class=\"num\">{pods}</td><td class=\"num price\">{}</td></tr>",
-            price(*cost),
-            p = esc(pool)
+            "<tr class=\"pool\" data-pool=\"{p}\"><td>{p}</td><td class=\"num\">{n}</td><td class=\"num\">{pods}</td><td class=\"num price\">{}</td><td class=\"num\">{}</td></tr>",
+            price(pool.price_per_hour),
+            month(pool.price_per_hour),
+            n = pool.nodes,
+            p = esc(&pool.name)
         );
     }
     let _ = writeln!(
         h,
-        "</tbody>\n<tfoot><tr><th>total</th><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num price\" data-field=\"totals.pricePerHour\">{}</td></tr></tfoot>\n</table></section>",
+        "</tbody>\n<tfoot><tr><th>total</th><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num price\" data-field=\"totals.pricePerHour\">{}</td><td class=\"num\">{}</td></tr></tfoot>\n</table></section>",
         plan.totals.nodes,
         plan.node_claims.iter().map(|c| c.pods.len()).sum::<usize>(),
-        price(plan.totals.price_per_hour)
+        price(plan.totals.price_per_hour),
+        month(plan.totals.price_per_hour)
     );
 }
 
-fn claims(h: &mut String, plan: &Plan, boxes: &[Option<Resources>], pods: &Pods, sx: f64, sy: f64) {
-    h.push_str("<section id=\"claims\"><h2>NodeClaims</h2>\n<p class=\"note\">Box: allocatable (width CPU, height memory, one scale for all). Pods: requests, packed corner to corner.</p>\n<div class=\"grid\">\n");
-    for (i, (c, b)) in plan.node_claims.iter().zip(boxes).enumerate() {
+/// One resource's requested of allocatable as a bar with its numbers; `-` when not offered.
+fn use_bar(h: &mut String, label: &str, resource: &str, u: Use) {
+    if u.allocatable <= 0 {
+        let _ = write!(
+            h,
+            "<div class=\"use none\" data-resource=\"{resource}\" title=\"no {label}\"><b>{label}</b><span class=\"bar\"></span></div>"
+        );
+        return;
+    }
+    let _ = write!(
+        h,
+        "<div class=\"use\" data-resource=\"{resource}\" data-requested=\"{rq}\" data-allocatable=\"{al}\" title=\"{label} {a} of {b} requested\"><b>{label}</b><span class=\"bar\"><i style=\"width:{pct}%\"></i></span></div>",
+        rq = u.requested,
+        al = u.allocatable,
+        pct = num(u.fraction() * 100.0),
+        a = format_quantity(resource, u.requested),
+        b = format_quantity(resource, u.allocatable),
+    );
+}
+
+fn claims(
+    h: &mut String,
+    plan: &Plan,
+    fleet: &Fleet,
+    boxes: &[Option<Resources>],
+    pods: &Pods,
+    sx: f64,
+    sy: f64,
+) {
+    h.push_str("<section id=\"claims\"><h2>NodeClaims by NodePool</h2>\n<p class=\"note\">Box: allocatable (width CPU, height memory, one scale for all). Pods: requests, packed corner to corner. Bars: requested of allocatable.</p>\n");
+    for pool in &fleet.pools {
+        let _ = writeln!(
+            h,
+            "<section class=\"pool-group\" data-pool=\"{p}\"><h3>{p} <span class=\"req\">{n} NodeClaim{s} · ${ph}/h · ${pm}/month</span></h3>\n<div class=\"grid\">",
+            p = esc(&pool.name),
+            n = pool.nodes,
+            s = plural(pool.nodes),
+            ph = price(pool.price_per_hour),
+            pm = month(pool.price_per_hour),
+        );
+        for (i, (c, b)) in plan.node_claims.iter().zip(boxes).enumerate() {
+            if c.node_pool == pool.name {
+                claim(h, i, c, b.as_ref(), &fleet.nodes[i], pods, sx, sy);
+            }
+        }
+        h.push_str("</div></section>\n");
+    }
+    if plan.node_claims.is_empty() {
+        h.push_str("<p>No new NodeClaims.</p>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn claim(
+    h: &mut String,
+    i: usize,
+    c: &kk_sim::plan::PlannedClaim,
+    b: Option<&Resources>,
+    row: &kk_sim::fleet::NodeRow,
+    pods: &Pods,
+    sx: f64,
+    sy: f64,
+) {
+    {
         let req: Vec<String> = c.requests.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
             h,
             "<figure class=\"claim\" id=\"claim-{n}\" data-pool=\"{pool}\" data-instance-type=\"{it}\" data-capacity-type=\"{ct}\" data-zone=\"{zone}\" data-price=\"{price}\" data-pods=\"{np}\">\n\
-             <figcaption><b>#{n}</b> {pool} · {it} · {ct} · {zone} · $<span class=\"price\">{price}</span>/h<br><span class=\"req\">requests {req}</span><br><span class=\"req\">allocatable {alloc}</span></figcaption>",
+             <figcaption title=\"{ct} · {zone}\"><b>#{n}</b> {it}<br>{cts} {zs} $<span class=\"price\">{price}</span>/h</figcaption>",
+            cts = match c.capacity_type.as_str() {
+                "spot" => "sp",
+                "on-demand" => "od",
+                "reserved" => "rs",
+                _ => "-",
+            },
+            zs = esc(c.zone.rsplit('-').next().unwrap_or(&c.zone)),
             n = i + 1,
             pool = esc(&c.node_pool),
             it = esc(&c.instance_type),
@@ -185,18 +265,23 @@ fn claims(h: &mut String, plan: &Plan, boxes: &[Option<Resources>], pods: &Pods,
             zone = esc(&c.zone),
             price = price(c.price_per_hour),
             np = c.pods.len(),
-            req = esc(&req.join(" ")),
-            alloc = esc(&b.as_ref().map_or_else(
-                || "unknown (no launchable type)".to_owned(),
-                |a| a
-                    .iter()
+        );
+        let alloc = b.map_or_else(
+            || "unknown (no launchable type)".to_owned(),
+            |a| {
+                a.iter()
                     .filter(|(_, v)| *v > 0)
                     .map(|(k, v)| format!("{k}={}", format_quantity(k, v)))
                     .collect::<Vec<_>>()
                     .join(" ")
-            ))
+            },
         );
-        let (cpu, mem, max_pods) = b.as_ref().map_or((0, 0, 0), |a| {
+        h.push_str("<div class=\"uses\">");
+        use_bar(h, "CPU", r::CPU, row.cpu);
+        use_bar(h, "MEM", r::MEMORY, row.memory);
+        use_bar(h, "GPU", r::NVIDIA_GPU, row.gpu);
+        h.push_str("</div>\n");
+        let (cpu, mem, max_pods) = b.map_or((0, 0, 0), |a| {
             (a.get(r::CPU), a.get(r::MEMORY), a.get(r::PODS))
         });
         let w = (cpu as f64 * sx).max(MIN_BOX);
@@ -225,16 +310,19 @@ fn claims(h: &mut String, plan: &Plan, boxes: &[Option<Resources>], pods: &Pods,
             x += pw;
             y += ph;
         }
-        h.push_str("</svg>\n<ol class=\"pods\">");
+        let _ = write!(
+            h,
+            "</svg>\n<details><summary>{} pod{}</summary><p class=\"req\">requests {}</p><p class=\"req\">allocatable {}</p><ol class=\"pods\">",
+            c.pods.len(),
+            plural(c.pods.len()),
+            esc(&req.join(" ")),
+            esc(&alloc)
+        );
         for key in &c.pods {
             pod_item(h, key, pods.get(key));
         }
-        h.push_str("</ol></figure>\n");
+        h.push_str("</ol></details></figure>\n");
     }
-    if plan.node_claims.is_empty() {
-        h.push_str("<p>No new NodeClaims.</p>\n");
-    }
-    h.push_str("</div></section>\n");
 }
 
 fn pod_rect(h: &mut String, p: &PodView, x: f64, y: f64, w: f64, hgt: f64) {
@@ -332,6 +420,11 @@ fn plural(n: usize) -> &'static str {
 fn price(x: f64) -> String {
     let x = (x * 1e6).round() / 1e6;
     format!("{x}")
+}
+
+/// $/month (730.5 h) of an hourly price, to the cent.
+fn month(per_hour: f64) -> String {
+    format!("{:.2}", per_hour * HOURS_PER_MONTH)
 }
 
 /// SVG coordinates: two decimals, no trailing zeros.

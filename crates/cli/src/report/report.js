@@ -18,5 +18,8 @@
     var el = ev.target.closest ? ev.target.closest(".pod") : null;
     if (el) { show(el.getAttribute("data-pod"), el); }
   });
+  // The page's laid-out size, for whoever checks that a large plan still fits a few screens.
+  document.body.setAttribute("data-height", String(document.documentElement.scrollHeight));
+  document.body.setAttribute("data-width", String(document.documentElement.scrollWidth));
   document.body.setAttribute("data-ready", "1");
 })();

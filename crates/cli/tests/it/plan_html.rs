@@ -134,14 +134,38 @@ fn the_numbers_on_the_page_are_plan_json() {
         2,
         "header and table"
     );
+    let monthly: f64 = field(&html, "totals.pricePerMonth")[0].parse().unwrap();
+    assert!(
+        (monthly - price(&t["pricePerHour"]) * 730.5).abs() < 0.01,
+        "{monthly}"
+    );
 
-    // One box per NodeClaim, in order, with the JSON's pool, type, capacity, zone, price, pods.
+    // One box per NodeClaim (#N is the JSON's N-th), grouped by NodePool, with the JSON's
+    // pool, type, capacity, zone, price, pods.
     let claims = json["nodeClaims"].as_array().unwrap();
     assert!(claims.len() >= 2, "the fixture plans several NodeClaims");
     let figures = elements(&html, "<figure class=\"claim\"");
     assert_eq!(figures.len(), claims.len());
+    let pools_in_order: Vec<&str> = figures.iter().map(|(a, _)| a["data-pool"]).collect();
+    let mut grouped = pools_in_order.clone();
+    grouped.dedup();
+    let distinct: std::collections::BTreeSet<&str> = pools_in_order.iter().copied().collect();
+    assert_eq!(
+        grouped.len(),
+        distinct.len(),
+        "each pool's boxes together: {pools_in_order:?}"
+    );
     let mut by_pool: BTreeMap<String, (usize, f64)> = BTreeMap::new();
-    for ((attrs, body), c) in figures.iter().zip(claims) {
+    for (attrs, body) in &figures {
+        let n: usize = attrs["id"].strip_prefix("claim-").unwrap().parse().unwrap();
+        let c = &claims[n - 1];
+        // Requested of allocatable, CPU beside memory and GPU.
+        for resource in ["cpu", "memory", "nvidia.com/gpu"] {
+            assert!(
+                body.contains(&format!("data-resource=\"{resource}\"")),
+                "{resource} bar in {body}"
+            );
+        }
         assert_eq!(attrs["data-pool"], c["nodePool"]);
         assert_eq!(attrs["data-instance-type"], c["instanceType"]);
         assert_eq!(attrs["data-capacity-type"], c["capacityType"]);
@@ -426,4 +450,46 @@ fn headless_chromium_renders_the_page() {
         stats["saturated"].as_u64().unwrap() > 5_000,
         "no pods drawn: {stats}"
     );
+}
+
+#[test]
+fn two_hundred_nodeclaims_fit_a_few_screens_grouped_by_pool() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("fleet.html");
+    let (code, _) = plan(&[
+        "-f".into(),
+        fixture("pools.yaml"),
+        "-w".into(),
+        fixture("gpu-50.yaml"),
+        "-w".into(),
+        fixture("fleet-200.yaml"),
+        "--html".into(),
+        page.display().to_string(),
+    ]);
+    assert_eq!(code, 1, "the GPU limit leaves pods Pending");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let figures = elements(&html, "<figure class=\"claim\"");
+    assert_eq!(figures.len(), 200);
+    assert_eq!(elements(&html, "<section class=\"pool-group\"").len(), 2);
+
+    // Laid out by the browser at 1400×1000: no sideways scroll, and the whole page — 200
+    // boxes with their CPU, memory and GPU bars, the pools, the Pending pods — within six
+    // screens (the old layout, two 360×220 boxes a row with their pod lists, needed about
+    // thirty).
+    let dom = browse(browser, &dir.path().join("p"), &page, &["--dump-dom"]);
+    let attr = |name: &str| -> u64 {
+        let key = format!("{name}=\"");
+        let at = dom
+            .find(&key)
+            .unwrap_or_else(|| panic!("no {name} in the DOM"))
+            + key.len();
+        dom[at..at + dom[at..].find('"').unwrap()].parse().unwrap()
+    };
+    let (width, height) = (attr("data-width"), attr("data-height"));
+    eprintln!("200 NodeClaims: page {width}×{height}");
+    assert!(width <= 1400, "the page scrolls sideways: {width}");
+    assert!(height <= 6000, "200 NodeClaims take {height} px");
 }
