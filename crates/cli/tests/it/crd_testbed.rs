@@ -29,7 +29,9 @@ pub fn text(out: &Output) -> String {
 /// proxy when not cached yet; `None` (skipped, said loudly) when that fails, a failure under
 /// CI=true.
 pub fn go_module_dir(module: &str, sub: &str, test: &str, work: &Path) -> Option<PathBuf> {
+    // Karpenter v1.15.2's go.mod asks for go 1.26.11, the toolchain the lab builds with.
     let out = Command::new("go")
+        .env("GOTOOLCHAIN", "go1.26.11")
         .args(["mod", "download", "-json", module])
         .current_dir(work)
         .output();

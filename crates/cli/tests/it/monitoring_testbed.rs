@@ -2,7 +2,9 @@
 //! Operator's own CRDs on the testbed's real apiserver. The CRDs come from the Go module
 //! `github.com/prometheus-operator/prometheus-operator` (`example/prometheus-operator-crd/`,
 //! `go mod download` into the module cache; nothing fetched is committed): their OpenAPI
-//! schemas are what a cluster running the operator enforces.
+//! schemas are what a cluster running the operator enforces. Also the Karpenter chart's own
+//! ServiceMonitor, which the bundle's values turn on: `helm template` of the chart in the
+//! provider's Go module (helm from testbed/tools/helm) with those values.
 
 use std::path::{Path, PathBuf};
 
@@ -83,4 +85,113 @@ fn the_rendered_monitoring_objects_pass_the_operators_crds_on_a_real_apiserver()
     );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("for"), "{}", text(&out));
+}
+
+/// The Karpenter release the bundle installs: its chart is read from the provider's Go module.
+const KARPENTER_MODULE: &str = "github.com/aws/karpenter-provider-aws@v1.15.2";
+
+/// helm, built by `testbed/lab build-helm` (a wrapper module in testbed/tools/helm, cached).
+fn helm(test: &str) -> Option<PathBuf> {
+    let out = std::process::Command::new(repo().join("testbed/lab"))
+        .arg("build-helm")
+        .output()
+        .expect("testbed/lab runs");
+    if !out.status.success() {
+        let why = format!(
+            "testbed/lab build-helm failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("SKIP {test}: {why}");
+        return None;
+    }
+    Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/helm"))
+}
+
+#[test]
+fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd() {
+    let _turn = crate::testbed_apply_turn();
+    let Some(tb) = kk_live::testbed::require(&repo(), "Karpenter's ServiceMonitor") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let test = "Karpenter's ServiceMonitor";
+    let Some(helm) = helm(test) else { return };
+    let Some(chart) = go_module_dir(KARPENTER_MODULE, "charts/karpenter", test, dir.path()) else {
+        return;
+    };
+    let Some(crds) = go_module_dir(
+        OPERATOR_MODULE,
+        "example/prometheus-operator-crd",
+        test,
+        dir.path(),
+    ) else {
+        return;
+    };
+    install_crds(
+        &tb,
+        &[crds.join("monitoring.coreos.com_servicemonitors.yaml")],
+    );
+
+    // The bundle's values for a cluster that runs the operator (monitoring on).
+    let bundle = dir.path().join("bundle");
+    let spec = repo().join("fixtures/specs/secrets-manager-arm.yaml");
+    let out = cli(
+        &tb,
+        &[
+            "render",
+            spec.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let values = bundle.join("karpenter/values.yaml");
+    assert!(
+        std::fs::read_to_string(&values)
+            .unwrap()
+            .contains("serviceMonitor:")
+    );
+
+    // helm template as an API that serves monitoring.coreos.com/v1 (the chart's own condition).
+    let namespace = unique("kmon");
+    let out = std::process::Command::new(&helm)
+        .args(["template", "karpenter"])
+        .arg(&chart)
+        .args([
+            "--namespace",
+            &namespace,
+            "--api-versions",
+            "monitoring.coreos.com/v1",
+            "-f",
+        ])
+        .arg(&values)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    let monitor = rendered
+        .split("\n---")
+        .find(|doc| doc.contains("\nkind: ServiceMonitor"))
+        .unwrap_or_else(|| {
+            panic!("the chart rendered no ServiceMonitor with our values:\n{rendered}")
+        });
+    assert!(
+        monitor.contains("release: kube-prometheus-stack"),
+        "our labels: {monitor}"
+    );
+    let file = dir.path().join("servicemonitor.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n---\n{}\n",
+            monitor.trim_start_matches('\n')
+        ),
+    )
+    .unwrap();
+    apply_once_served(&tb, &[], file.to_str().unwrap());
 }
