@@ -516,6 +516,13 @@ fn doctor_fails_device_plugin_and_gpu_checks_when_the_plugin_does_not_tolerate_t
             &Patch::Merge(&patch),
         ))
         .unwrap();
+    // Predicted before the node is there: the plugin will not run on the pool's next node.
+    let early = doctor(&lab, &spec, &["--grace", "5s"]);
+    assert_fails(
+        &early,
+        "device-plugin-for-gpu-pools",
+        "DaemonSet kube-system/nvidia-device-plugin does not tolerate gpu=true:NoSchedule",
+    );
     lab.wait("GPU NodeClaim Registered", 3 * MIN, |l| {
         claim_of(l, "workload-gpu-l4").filter(|nc| is_true(nc, "Registered"))
     });
@@ -531,6 +538,16 @@ fn doctor_fails_device_plugin_and_gpu_checks_when_the_plugin_does_not_tolerate_t
         &outcome,
         "nodeclaims-initialized",
         "advertises no nvidia.com/gpu",
+    );
+
+    // Deleted altogether: predicted as well (a GPU pool with no device plugin at all).
+    lab.rt
+        .block_on(ds.delete("nvidia-device-plugin", &Default::default()))
+        .unwrap();
+    assert_fails(
+        &doctor(&lab, &spec, &["--grace", "5s"]),
+        "device-plugin-for-gpu-pools",
+        "NodePool workload-gpu-l4: no device-plugin DaemonSet in the cluster",
     );
 }
 

@@ -1,4 +1,5 @@
-//! GPU nodes: `nvidia.com/gpu` advertised and the device plugin running on each.
+//! GPU nodes: `nvidia.com/gpu` advertised and the device plugin running on each, and — before
+//! any exists — a device plugin that will run on each GPU pool's next node.
 
 use super::age;
 use super::check;
@@ -12,8 +13,13 @@ use crate::doctor::Check;
 use crate::doctor::Facts;
 use crate::doctor::Status;
 use crate::doctor::gather::Snapshot;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
+use kk_karpenter::taint::{Effect, Taint, Toleration};
+use kube::api::DynamicObject;
 
 fn gpu_nodes<'a>(s: &'a Snapshot, f: &Facts) -> Vec<&'a Node> {
     s.nodes
@@ -117,4 +123,239 @@ pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
         ));
     }
     c
+}
+
+/// A DaemonSet that runs NVIDIA's device plugin (ours, the GPU Operator's, or a hand-made one).
+fn is_device_plugin(d: &DaemonSet) -> bool {
+    let named = d
+        .metadata
+        .name
+        .as_deref()
+        .is_some_and(|n| n.contains("nvidia-device-plugin"));
+    let image = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .is_some_and(|p| {
+            p.containers.iter().any(|c| {
+                c.image
+                    .as_deref()
+                    .is_some_and(|i| i.contains("k8s-device-plugin"))
+            })
+        });
+    named || image
+}
+
+/// A NodePool's hard taints (what a pod must tolerate to run on its nodes from the start).
+fn pool_taints(pool: &DynamicObject) -> Vec<Taint> {
+    pool.data["spec"]["template"]["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Taint {
+                key: t["key"].as_str()?.to_owned(),
+                value: t["value"].as_str().unwrap_or_default().to_owned(),
+                effect: Effect::parse(t["effect"].as_str()?).ok()?,
+            })
+        })
+        .filter(Taint::is_hard)
+        .collect()
+}
+
+/// The labels every node of a NodePool carries: its template labels and each requirement
+/// `In` a single value.
+fn pool_node_labels(pool: &DynamicObject) -> BTreeMap<String, String> {
+    let template = &pool.data["spec"]["template"];
+    let mut labels: BTreeMap<String, String> = template["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect();
+    for r in template["spec"]["requirements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let values = r["values"].as_array();
+        if r["operator"] == "In"
+            && let (Some(key), Some([one])) = (r["key"].as_str(), values.map(Vec::as_slice))
+            && let Some(one) = one.as_str()
+        {
+            labels.insert(key.to_owned(), one.to_owned());
+        }
+    }
+    labels
+}
+
+/// Why `d`'s pods would not run on a node of the pool (`None`: they would).
+fn refuses(d: &DaemonSet, taints: &[Taint], labels: &BTreeMap<String, String>) -> Option<String> {
+    let pod = d.spec.as_ref()?.template.spec.as_ref()?;
+    let tolerations: Vec<Toleration> = pod
+        .tolerations
+        .iter()
+        .flatten()
+        .filter_map(|t| {
+            Toleration::from_fields(
+                t.key.as_deref(),
+                t.operator.as_deref(),
+                t.value.as_deref(),
+                t.effect.as_deref(),
+            )
+            .ok()
+        })
+        .collect();
+    let untolerated: Vec<String> = taints
+        .iter()
+        .filter(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+        .map(ToString::to_string)
+        .collect();
+    if !untolerated.is_empty() {
+        return Some(format!("does not tolerate {}", untolerated.join(", ")));
+    }
+    let unmatched: Vec<String> = pod
+        .node_selector
+        .iter()
+        .flatten()
+        .filter(|(k, v)| labels.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !unmatched.is_empty() {
+        return Some(format!(
+            "selects {} and the pool's nodes are not labelled so",
+            unmatched.join(", ")
+        ));
+    }
+    None
+}
+
+/// Before any GPU node exists: will the next one a GPU pool launches get a device plugin? A
+/// node without one never advertises `nvidia.com/gpu`, never initializes, and is billed until
+/// Karpenter gives up on it.
+pub(super) fn device_plugin_for_pools(s: &Snapshot, f: &Facts) -> Check {
+    let mut c = check(
+        "device-plugin-for-gpu-pools",
+        "each GPU pool's next node gets a device plugin: a DaemonSet that tolerates the pool's taints and selects its nodes",
+    );
+    if f.gpu_pools.is_empty() {
+        return c.skip("the spec has no GPU pool");
+    }
+    let Ok(daemonsets) = &s.daemonsets else {
+        return c.skip("DaemonSets could not be listed");
+    };
+    let Ok(pools) = &s.nodepools else {
+        return c.skip("NodePools could not be listed");
+    };
+    let plugins: Vec<&DaemonSet> = daemonsets.iter().filter(|d| is_device_plugin(d)).collect();
+    let fix = "apply gpu/nvidia-device-plugin.yaml as rendered (it tolerates exactly the GPU pools' taints and selects node.accelerator=nvidia-gpu), or install the GPU Operator with those tolerations; until then every GPU node Karpenter launches is billed and never initializes";
+    for name in &f.gpu_pools {
+        let Some(pool) = pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+        else {
+            continue; // nodepools-present reports a missing pool
+        };
+        let (taints, labels) = (pool_taints(pool), pool_node_labels(pool));
+        let mut why = Vec::new();
+        let mut fits = None;
+        for d in &plugins {
+            match refuses(d, &taints, &labels) {
+                None => {
+                    fits = Some(name_of(&d.metadata));
+                    break;
+                }
+                Some(w) => why.push(format!("DaemonSet {} {w}", name_of(&d.metadata))),
+            }
+        }
+        match fits {
+            Some(d) => c = c.saw(format!("NodePool {name}: DaemonSet {d} runs on its nodes")),
+            None if plugins.is_empty() => c.worse(
+                Status::Fail,
+                format!("NodePool {name}: no device-plugin DaemonSet in the cluster"),
+                fix,
+            ),
+            None => c.worse(
+                Status::Fail,
+                format!(
+                    "NodePool {name}: no device plugin would run on its nodes: {}",
+                    why.join("; ")
+                ),
+                fix,
+            ),
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+            "spec": {"template": {
+                "metadata": {"labels": {"node.accelerator": "nvidia-gpu"}},
+                "spec": {
+                    "taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"},
+                               {"key": "soft", "effect": "PreferNoSchedule"}],
+                    "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["g6"]},
+                                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]}]
+                }}}
+        }))
+        .unwrap()
+    }
+
+    fn plugin(tolerations: serde_json::Value, selector: serde_json::Value) -> DaemonSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": "nvidia-device-plugin", "namespace": "kube-system"},
+            "spec": {"selector": {}, "template": {"spec": {
+                "tolerations": tolerations, "nodeSelector": selector,
+                "containers": [{"name": "p", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}]}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pools_nodes_carry_its_template_labels_and_single_valued_requirements() {
+        let labels = pool_node_labels(&pool());
+        assert_eq!(labels["node.accelerator"], "nvidia-gpu");
+        assert_eq!(labels["karpenter.k8s.aws/instance-family"], "g6");
+        assert!(
+            !labels.contains_key("karpenter.sh/capacity-type"),
+            "two values: not a label it surely has"
+        );
+        let taints = pool_taints(&pool());
+        assert_eq!(taints.len(), 1, "PreferNoSchedule keeps nothing off");
+    }
+
+    #[test]
+    fn the_rendered_plugin_runs_and_a_mismatch_says_why() {
+        let (taints, labels) = (pool_taints(&pool()), pool_node_labels(&pool()));
+        let good = plugin(
+            json!([{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]),
+            json!({"node.accelerator": "nvidia-gpu"}),
+        );
+        assert!(is_device_plugin(&good));
+        assert_eq!(refuses(&good, &taints, &labels), None);
+        let wrong_taint = plugin(
+            json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+            json!({"node.accelerator": "nvidia-gpu"}),
+        );
+        assert_eq!(
+            refuses(&wrong_taint, &taints, &labels).as_deref(),
+            Some("does not tolerate gpu=true:NoSchedule")
+        );
+        let wrong_label = plugin(
+            json!([{"operator": "Exists"}]),
+            json!({"nvidia.com/gpu.present": "true"}),
+        );
+        assert!(
+            refuses(&wrong_label, &taints, &labels)
+                .unwrap()
+                .contains("selects nvidia.com/gpu.present=true")
+        );
+    }
 }

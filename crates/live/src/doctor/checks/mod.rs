@@ -46,6 +46,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         karpenter::nodeclaims_initialized(s, f),
         gpu::gpu_advertised(s, f),
         gpu::device_plugin(s, f),
+        gpu::device_plugin_for_pools(s, f),
         day_two::ami_pinned(s),
         drift::drift_progress(s),
         join::join_store(s, f),
