@@ -29,7 +29,7 @@ pub mod node_registration;
 pub mod nodeadm;
 mod order;
 mod pools;
-mod rotator;
+pub mod rotator;
 pub mod upgrade;
 pub mod userdata;
 pub mod verify;

@@ -23,6 +23,9 @@ pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
 /// Each token's lifetime and how long a replaced one keeps working.
 pub const TTL: &str = "2h";
 pub const OVERLAP: &str = "20m";
+/// The share of a token's lifetime after which the rotator replaces it, and how often it looks.
+pub const ROTATE_AT: &str = "0.5";
+pub const TICK: &str = "1m";
 
 fn store_flag(mode: JoinMode) -> Option<&'static str> {
     match mode {
@@ -50,11 +53,11 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
         // Short-lived: a new token every hour; the replaced one is deleted 20 min later,
         // which covers Karpenter's 15-minute registration timeout.
         format!("--ttl={TTL}"),
-        "--rotate-at=0.5".to_owned(),
+        format!("--rotate-at={ROTATE_AT}"),
         format!("--overlap={OVERLAP}"),
         // CSRs are the approver's (its own Deployment and service account).
         "--no-csr-approver".to_owned(),
-        "--tick=1m".to_owned(),
+        format!("--tick={TICK}"),
         "--retry=10s".to_owned(),
     ];
     let network = workload::Network::for_aws_caller(spec);

@@ -228,6 +228,19 @@ fn doctor_fails_join_store_when_the_stored_token_has_expired() {
         "join-store",
         "2026-01-01T00:00:00Z is in the past",
     );
+    // Before it bites: ten minutes left, when the rendered rotator replaces a token with an
+    // hour left, is a rotation that did not happen.
+    let soon = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_mins(10))
+        .unwrap()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    edit_store(&lab, STORE, "KK_EXPIRATION", &soon);
+    assert_fails(
+        &doctor(&lab, &spec, &[]),
+        "join-store",
+        "the rotation is overdue",
+    );
 }
 
 #[test]

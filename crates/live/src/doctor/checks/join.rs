@@ -17,10 +17,21 @@ fn join_token_id(s: &Snapshot, f: &Facts) -> Option<String> {
     }
 }
 
+/// The least lifetime a stored token has while the rendered rotator keeps up: it replaces a
+/// token with ttl × (1 − rotate-at) left and looks every tick; a minute more of slack.
+fn rotation_due_left() -> Option<Duration> {
+    use kk_render::rotator::{ROTATE_AT, TICK, TTL};
+    let ttl = crate::token::parse_duration(TTL).ok()?;
+    let tick = crate::token::parse_duration(TICK).ok()?;
+    let rotate_at: f64 = ROTATE_AT.parse().ok()?;
+    ttl.mul_f64(1.0 - rotate_at)
+        .checked_sub(tick + Duration::from_secs(60))
+}
+
 pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(
         "join-store",
-        "the join store holds a join configuration whose token has not expired",
+        "the join store holds a join configuration whose token has not expired, and will be replaced before it does",
     );
     let Some(read) = &s.store else {
         return c
@@ -52,6 +63,23 @@ pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
                         crate::token::rfc3339(cfg.expiration)
                     ),
                     "nodes booting now cannot join: check that the rotator runs (its /metrics and log), or kubean-karpenter token create --publish",
+                );
+            } else if let Some(due) = rotation_due_left()
+                && left.as_secs() < i64::try_from(due.as_secs()).unwrap_or(i64::MAX)
+            {
+                c.worse(
+                    Status::Fail,
+                    format!(
+                        "{store}: token {} expires at {} ({} left), but the rotator replaces a token with {} left (ttl {}, rotate at {}, tick {}): the rotation is overdue, and nodes that boot after the expiry will not join",
+                        cfg.token.id(),
+                        crate::token::rfc3339(cfg.expiration),
+                        secs(Duration::from_secs(left.as_secs().max(0) as u64)),
+                        secs(due),
+                        kk_render::rotator::TTL,
+                        kk_render::rotator::ROTATE_AT,
+                        kk_render::rotator::TICK,
+                    ),
+                    "check that the rotator runs and leads (its /metrics: kubean_karpenter_token_remaining_seconds, its log), or kubean-karpenter token create --publish",
                 );
             } else {
                 c = c.saw(format!(
@@ -250,4 +278,17 @@ pub(super) fn bootstrap_rbac(s: &Snapshot, _facts: &Facts) -> Check {
         }
     }
     c
+}
+
+#[cfg(test)]
+mod rotation_tests {
+    #[test]
+    fn the_rendered_rotator_keeps_a_token_with_58_minutes_left_at_least() {
+        // ttl 2h, rotate at 0.5: replaced with 60 min left; one 1-minute tick and a minute of
+        // slack below that is overdue.
+        assert_eq!(
+            super::rotation_due_left(),
+            Some(std::time::Duration::from_secs(58 * 60))
+        );
+    }
 }
