@@ -35,8 +35,6 @@ pub fn live(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The control-plane security group lab-kit/lab-spec.yaml names (no such group in moto).
-const PLACEHOLDER_CONTROL_PLANE_SG: &str = "sg-0123456789abcdef0";
 /// The lab spec's placeholder VPC: the lab's instances run in moto's default VPC.
 const PLACEHOLDER_VPC: &str = "vpc-0a1b2c3d4e5f60718";
 
@@ -263,12 +261,6 @@ impl Lab {
         self.lab(&["spec"]);
         let lab_spec = repo().join(".lab/spec.yaml");
         let text = edit(std::fs::read_to_string(&lab_spec).unwrap());
-        // apply's AWS side reads the control-plane group; the lab spec's placeholder names none.
-        let text = if text.contains(PLACEHOLDER_CONTROL_PLANE_SG) {
-            text.replace(PLACEHOLDER_CONTROL_PLANE_SG, &self.control_plane_sg())
-        } else {
-            text
-        };
         // The lab spec says its VPC is isolated (no pricing API here): doctor then checks the
         // VPC's endpoints, so the lab's VPC has the ones the spec needs, as a real one would.
         let text = if text.contains(PLACEHOLDER_VPC) {
@@ -289,16 +281,6 @@ impl Lab {
             "--force",
         ]);
         (spec, bundle)
-    }
-
-    /// The lab's control-plane security group (made on first use; `apply` opens the API port
-    /// in it to the node group): what the lab spec's placeholder group stands for.
-    pub fn control_plane_sg(&self) -> String {
-        self.aws(
-            "vpc = ec2.describe_vpcs(Filters=[{'Name': 'isDefault', 'Values': ['true']}])['Vpcs'][0]['VpcId']
-found = ec2.describe_security_groups(Filters=[{'Name': 'group-name', 'Values': ['lab-control-plane']}])['SecurityGroups']
-print(found[0]['GroupId'] if found else ec2.create_security_group(GroupName='lab-control-plane', Description='lab control plane', VpcId=vpc)['GroupId'])",
-        )
     }
 
     /// moto's default VPC (where the lab's instances run), with every endpoint the spec

@@ -119,7 +119,20 @@ fn deployed_with_sg(
 ) -> Option<(Lab, std::path::PathBuf, std::path::PathBuf)> {
     let lab = Lab::require(test)?;
     let sg = control_plane_sg(&lab, open);
-    let (spec, bundle) = lab.render(|s| s.replace("sg-0123456789abcdef0", &sg));
+    // In place of the group `testbed/lab spec` wrote (the lab's shared lab-control-plane).
+    let (spec, bundle) = lab.render(|s| {
+        let mut out = String::new();
+        for line in s.lines() {
+            match line.split_once("controlPlaneSecurityGroupID:") {
+                Some((indent, _)) => {
+                    out.push_str(&format!("{indent}controlPlaneSecurityGroupID: {sg}"))
+                }
+                None => out.push_str(line),
+            }
+            out.push('\n');
+        }
+        out
+    });
     lab.deploy(&spec, &bundle);
     if !open {
         // apply opened the API port to the nodes; the rule is then removed by hand.
