@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use kk_live::ClientOptions;
 use kk_live::doctor::{self, Facts, Status};
 
 use crate::Failure;
@@ -98,23 +97,12 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
     if let Some(text) = bundle.files.get("iam/controller-policy.json") {
         facts.rendered_controller_policy = serde_json::from_str(text).ok();
     }
-    let options = if args.kubeconfig.is_some() || args.context.is_some() {
-        ClientOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
-        }
-    } else {
-        loaded
-            .spec
-            .spec
-            .access
-            .as_ref()
-            .map(|a| ClientOptions {
-                kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
-                context: a.context.clone(),
-            })
-            .unwrap_or_default()
-    };
+    let options = crate::client_options(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        loaded.spec.spec.access.as_ref(),
+        &base,
+    );
     let region = args
         .region
         .clone()

@@ -252,6 +252,28 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
     }
 }
 
+/// How to reach the new cluster: `--kubeconfig`/`--context` when either is given, else the
+/// spec's `access` (its kubeconfig relative to the spec's folder), else kubectl's defaults.
+pub(crate) fn client_options(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+    access: Option<&kk_spec::ClusterAccess>,
+    base: &std::path::Path,
+) -> kk_live::ClientOptions {
+    if kubeconfig.is_some() || context.is_some() {
+        return kk_live::ClientOptions {
+            kubeconfig: kubeconfig.map(std::path::Path::to_path_buf),
+            context: context.map(str::to_owned),
+        };
+    }
+    access
+        .map(|a| kk_live::ClientOptions {
+            kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
+            context: a.context.clone(),
+        })
+        .unwrap_or_default()
+}
+
 /// The spec's warnings (valid, but probably not meant), one `warning:` line each on stderr.
 fn print_warnings(loaded: &LoadedSpec) {
     for warning in &loaded.warnings {

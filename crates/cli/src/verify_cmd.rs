@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kk_live::ClientOptions;
 use kk_live::doctor::{self, Facts, Status};
 use kk_live::verify::{self, CudaProof, Outcome, PoolResult, PoolTarget, VerifyOptions};
 use kk_model::yaml::{LoadLimits, load_documents};
@@ -165,20 +164,12 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
     } else {
         None
     };
-    let client_options = if args.kubeconfig.is_some() || args.context.is_some() {
-        ClientOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
-        }
-    } else {
-        spec.access
-            .as_ref()
-            .map(|a| ClientOptions {
-                kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
-                context: a.context.clone(),
-            })
-            .unwrap_or_default()
-    };
+    let client_options = crate::client_options(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        spec.access.as_ref(),
+        &base,
+    );
     let mut facts = Facts::from_spec(&loaded.spec);
     facts.grace = Duration::ZERO;
     if let Some(text) = bundle.files.get("iam/controller-policy.json") {

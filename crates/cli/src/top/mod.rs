@@ -74,23 +74,22 @@ fn sources(listed: Vec<(String, String)>) -> Vec<SourceFile> {
 }
 
 fn client_options(args: &TopArgs) -> Result<ClientOptions, Failure> {
-    if args.kubeconfig.is_some() || args.context.is_some() || args.spec.is_none() {
-        return Ok(ClientOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
-        });
-    }
-    let (loaded, base) = crate::load_spec(args.spec.as_deref().unwrap_or("-"))?;
-    Ok(loaded
-        .spec
-        .spec
-        .access
-        .as_ref()
-        .map(|a| ClientOptions {
-            kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
-            context: a.context.clone(),
-        })
-        .unwrap_or_default())
+    let (kubeconfig, context) = (args.kubeconfig.as_deref(), args.context.as_deref());
+    let Some(spec) = args.spec.as_deref() else {
+        return Ok(crate::client_options(
+            kubeconfig,
+            context,
+            None,
+            std::path::Path::new("."),
+        ));
+    };
+    let (loaded, base) = crate::load_spec(spec)?;
+    Ok(crate::client_options(
+        kubeconfig,
+        context,
+        loaded.spec.spec.access.as_ref(),
+        &base,
+    ))
 }
 
 fn print_snapshot(fleet: &Fleet, format: &str) -> Result<(), Failure> {
