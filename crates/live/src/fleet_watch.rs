@@ -159,7 +159,7 @@ async fn follow(
                 continue;
             }
         };
-        let mut too_old = false;
+        let (mut too_old, mut failed) = (false, false);
         while let Some(event) = stream.next().await {
             let change = match event {
                 Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Some((o, true)),
@@ -172,11 +172,13 @@ async fn follow(
                     too_old = status.code == 410;
                     if !too_old {
                         note(status.message.clone());
+                        failed = true;
                     }
                     break;
                 }
                 Err(e) => {
                     note(e.to_string());
+                    failed = true;
                     break;
                 }
             };
@@ -199,6 +201,10 @@ async fn follow(
                 }
             }
             bump();
+        }
+        if failed {
+            // A server that keeps failing the watch is not asked again at once.
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
         if too_old {
             match relist(&api, &api_version, kind, &store).await {
