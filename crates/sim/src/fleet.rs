@@ -14,7 +14,7 @@ use kk_catalog::{CapacityType, Catalog};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::disrupt::state::ClusterState;
+use crate::disrupt::state::{ClusterState, condition, is_true};
 use crate::labels;
 use crate::plan::Plan;
 use crate::solver::Input;
@@ -80,6 +80,27 @@ pub struct NodeRow {
     pub state: String,
 }
 
+impl NodeRow {
+    /// `od`, `sp`, `rs` (`-` for anything else): the capacity type in two columns.
+    pub fn capacity_type_short(&self) -> &'static str {
+        match self.capacity_type.as_str() {
+            "spot" => "sp",
+            "on-demand" => "od",
+            "reserved" => "rs",
+            _ => "-",
+        }
+    }
+
+    /// `us-east-1a` → `1a`: the zone without the region every node shares (`-` when unknown).
+    pub fn zone_short(&self) -> String {
+        if self.zone.is_empty() {
+            return "-".into();
+        }
+        let last = self.zone.rsplit('-').next().unwrap_or(&self.zone);
+        last.chars().take(2).collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolRow {
@@ -115,6 +136,10 @@ pub struct ClaimRow {
 pub struct PendingGroup {
     pub reason: String,
     pub pods: Vec<String>,
+    /// The pods only wait: for the NodeClaim plan would launch, or for the kube-scheduler to
+    /// bind them to an existing node (not a reason they cannot run).
+    #[serde(skip)]
+    pub waiting: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -125,6 +150,23 @@ pub struct FleetTotals {
     pub price_per_month: f64,
     pub pending_pods: usize,
     pub node_claims_in_flight: usize,
+}
+
+/// CPU, memory and GPU (every GPU resource summed) requested of allocatable, from lookups by
+/// resource name.
+fn resource_uses(
+    requested: impl Fn(&str) -> i64,
+    allocatable: impl Fn(&str) -> i64,
+) -> (Use, Use, Use) {
+    let of = |name: &str| Use {
+        requested: requested(name),
+        allocatable: allocatable(name),
+    };
+    let gpu = GPU_RESOURCES.iter().fold(Use::default(), |acc, g| Use {
+        requested: acc.requested + requested(g),
+        allocatable: acc.allocatable + allocatable(g),
+    });
+    (of(r::CPU), of(r::MEMORY), gpu)
 }
 
 /// Hours in an average month (365.25 × 24 ÷ 12), what `$/month` multiplies by.
@@ -158,18 +200,9 @@ pub fn offering_price(
     }
 }
 
-fn condition<'a>(v: &'a Value, kind: &str) -> Option<&'a Value> {
-    v.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
-}
-
-fn is_true(v: &Value, kind: &str) -> bool {
-    condition(v, kind)
-        .and_then(|c| c.get("status"))
-        .and_then(Value::as_str)
-        == Some("True")
+/// Whether `v`'s condition `kind` is `True`.
+fn holds(v: &Value, kind: &str) -> bool {
+    is_true(condition(v, kind))
 }
 
 fn text<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -215,10 +248,7 @@ impl Fleet {
             let req = requested.get(node.name.as_str());
             let used = |name: &str| req.and_then(|m| m.get(name)).copied().unwrap_or(0);
             let alloc = |name: &str| node.allocatable.get(name).copied().unwrap_or(0);
-            let gpu = GPU_RESOURCES.iter().fold(Use::default(), |acc, g| Use {
-                requested: acc.requested + used(g),
-                allocatable: acc.allocatable + alloc(g),
-            });
+            let (cpu, memory, gpu) = resource_uses(used, alloc);
             let state_word = match info {
                 _ if node_pool.is_none() => "unmanaged",
                 Some(i) if i.deleting => "disrupting",
@@ -237,14 +267,8 @@ impl Fleet {
                 )
                 .map(round),
                 age_seconds: info.and_then(|i| i.created).map(|c| (now - c).max(0)),
-                cpu: Use {
-                    requested: used(r::CPU),
-                    allocatable: alloc(r::CPU),
-                },
-                memory: Use {
-                    requested: used(r::MEMORY),
-                    allocatable: alloc(r::MEMORY),
-                },
+                cpu,
+                memory,
                 gpu,
                 pods: pod_counts.get(node.name.as_str()).copied().unwrap_or(0),
                 state: state_word.to_owned(),
@@ -319,7 +343,7 @@ impl Fleet {
                     .is_none_or(|p| p.phase.is_empty() || p.phase == "Pending")
             })
         };
-        let pending = pending_groups(plan, waiting);
+        let pending = pending_groups(plan, true, waiting);
         let price: f64 = nodes.iter().filter_map(|n| n.price_per_hour).sum();
         let totals = FleetTotals {
             nodes: nodes.len(),
@@ -336,9 +360,7 @@ impl Fleet {
             totals,
         }
     }
-}
 
-impl Fleet {
     /// The view of a plan: its NodeClaims as nodes (named `#1`, `#2`…, state `planned`), each
     /// with what its pods and DaemonSets request of the likely type's allocatable; its pools;
     /// its Pending pods by reason (what `plan --html` draws).
@@ -356,10 +378,7 @@ impl Fleet {
                     .and_then(|q| Quantity::parse(q).ok())
                     .map_or(0, |q| r::quantity_units(name, &q))
             };
-            let gpu = GPU_RESOURCES.iter().fold(Use::default(), |acc, g| Use {
-                requested: acc.requested + requested(g),
-                allocatable: acc.allocatable + allocatable(g),
-            });
+            let (cpu, memory, gpu) = resource_uses(requested, allocatable);
             nodes.push(NodeRow {
                 name: format!("#{}", i + 1),
                 node_pool: Some(c.node_pool.clone()),
@@ -368,14 +387,8 @@ impl Fleet {
                 zone: c.zone.clone(),
                 age_seconds: None,
                 price_per_hour: Some(c.price_per_hour),
-                cpu: Use {
-                    requested: requested(r::CPU),
-                    allocatable: allocatable(r::CPU),
-                },
-                memory: Use {
-                    requested: requested(r::MEMORY),
-                    allocatable: allocatable(r::MEMORY),
-                },
+                cpu,
+                memory,
                 gpu,
                 pods: c.pods.len(),
                 state: "planned".into(),
@@ -398,12 +411,7 @@ impl Fleet {
                 limits: BTreeMap::new(),
             });
         }
-        let pending = pending_groups(plan, |_| true)
-            .into_iter()
-            .filter(|g| {
-                !g.reason.starts_with("waiting for a node") && !g.reason.starts_with("fits on")
-            })
-            .collect::<Vec<_>>();
+        let pending = pending_groups(plan, false, |_| true);
         let price = plan.totals.price_per_hour;
         let totals = FleetTotals {
             nodes: nodes.len(),
@@ -432,7 +440,7 @@ fn claims_in_flight(
     let mut rows = Vec::new();
     for (name, v) in &state.node_claims {
         let node_pool = text(v, "/metadata/labels/karpenter.sh~1nodepool").map(str::to_owned);
-        if !keep(node_pool.as_deref()) || is_true(v, "Initialized") {
+        if !keep(node_pool.as_deref()) || holds(v, "Initialized") {
             continue;
         }
         let deleting = v
@@ -440,9 +448,9 @@ fn claims_in_flight(
             .is_some_and(|x| !x.is_null());
         let phase = if deleting {
             "deleting"
-        } else if is_true(v, "Registered") {
+        } else if holds(v, "Registered") {
             "registered"
-        } else if is_true(v, "Launched") {
+        } else if holds(v, "Launched") {
             "launched"
         } else {
             "launching"
@@ -494,38 +502,46 @@ fn likely_cause(v: &Value, phase: &str) -> String {
     }
 }
 
-/// The pods `keep` admits by plan's reason; a pod plan would place on a new NodeClaim waits for
-/// it, one that fits an existing node waits for the kube-scheduler.
-fn pending_groups(plan: &Plan, keep: impl Fn(&String) -> bool) -> Vec<PendingGroup> {
-    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut add = |reason: String, pods: &[String]| {
+/// The pods `keep` admits by plan's reason; with `waiting`, also those plan places (on a new
+/// NodeClaim, or on an existing node the kube-scheduler has yet to bind them to).
+fn pending_groups(plan: &Plan, waiting: bool, keep: impl Fn(&String) -> bool) -> Vec<PendingGroup> {
+    // By reason: (the pods only wait, the pods).
+    let mut groups: BTreeMap<String, (bool, Vec<String>)> = BTreeMap::new();
+    let mut add = |waits: bool, reason: String, pods: &[String]| {
         let pods: Vec<String> = pods.iter().filter(|p| keep(p)).cloned().collect();
         if !pods.is_empty() {
-            groups.entry(reason).or_default().extend(pods);
+            let group = groups.entry(reason).or_insert((waits, Vec::new()));
+            group.1.extend(pods);
         }
     };
     for p in &plan.pending {
-        add(p.reason.clone(), std::slice::from_ref(&p.pod));
+        add(false, p.reason.clone(), std::slice::from_ref(&p.pod));
     }
-    for e in &plan.existing_nodes {
-        let reason = format!(
-            "fits on existing node {}: the kube-scheduler binds it, Karpenter launches nothing",
-            e.node
-        );
-        add(reason, &e.pods);
-    }
-    for c in &plan.node_claims {
-        let reason = format!(
-            "waiting for a node: NodePool {} launches {} ({})",
-            c.node_pool, c.instance_type, c.capacity_type
-        );
-        add(reason, &c.pods);
+    if waiting {
+        for e in &plan.existing_nodes {
+            let reason = format!(
+                "fits on existing node {}: the kube-scheduler binds it, Karpenter launches nothing",
+                e.node
+            );
+            add(true, reason, &e.pods);
+        }
+        for c in &plan.node_claims {
+            let reason = format!(
+                "waiting for a node: NodePool {} launches {} ({})",
+                c.node_pool, c.instance_type, c.capacity_type
+            );
+            add(true, reason, &c.pods);
+        }
     }
     groups
         .into_iter()
-        .map(|(reason, mut pods)| {
+        .map(|(reason, (waiting, mut pods))| {
             pods.sort();
-            PendingGroup { reason, pods }
+            PendingGroup {
+                reason,
+                pods,
+                waiting,
+            }
         })
         .collect()
 }

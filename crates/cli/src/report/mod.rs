@@ -251,13 +251,8 @@ fn claim(
             h,
             "<figure class=\"claim\" id=\"claim-{n}\" data-pool=\"{pool}\" data-instance-type=\"{it}\" data-capacity-type=\"{ct}\" data-zone=\"{zone}\" data-price=\"{price}\" data-pods=\"{np}\">\n\
              <figcaption title=\"{ct} · {zone}\"><b>#{n}</b> {it}<br>{cts} {zs} $<span class=\"price\">{price}</span>/h</figcaption>",
-            cts = match c.capacity_type.as_str() {
-                "spot" => "sp",
-                "on-demand" => "od",
-                "reserved" => "rs",
-                _ => "-",
-            },
-            zs = esc(c.zone.rsplit('-').next().unwrap_or(&c.zone)),
+            cts = row.capacity_type_short(),
+            zs = esc(&row.zone_short()),
             n = i + 1,
             pool = esc(&c.node_pool),
             it = esc(&c.instance_type),

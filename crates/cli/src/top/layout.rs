@@ -72,25 +72,6 @@ fn short_name(name: &str) -> &str {
     name
 }
 
-fn capacity_short(capacity_type: &str) -> &'static str {
-    match capacity_type {
-        "spot" => "sp",
-        "on-demand" => "od",
-        "reserved" => "rs",
-        _ => "-",
-    }
-}
-
-fn zone_short(zone: &str) -> String {
-    // us-east-1a -> 1a: the region is the same for every node.
-    zone.rsplit('-')
-        .next()
-        .unwrap_or(zone)
-        .chars()
-        .take(2)
-        .collect()
-}
-
 fn use_bar(u: Use) -> (String, Tone) {
     if u.allocatable <= 0 {
         return ("   -".into(), Tone::Dim);
@@ -148,12 +129,8 @@ fn node_line(n: &NodeRow, w: Widths) -> Line {
                 },
                 11
             ),
-            capacity_short(&n.capacity_type),
-            if n.zone.is_empty() {
-                "-".into()
-            } else {
-                zone_short(&n.zone)
-            },
+            n.capacity_type_short(),
+            n.zone_short(),
             age(n.age_seconds),
             price,
         ),
@@ -292,9 +269,7 @@ pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
             Tone::Heading,
         )]);
         for g in &fleet.pending {
-            let waiting =
-                g.reason.starts_with("waiting for a node") || g.reason.starts_with("fits on");
-            let tone = if waiting { Tone::Plain } else { Tone::Warn };
+            let tone = if g.waiting { Tone::Plain } else { Tone::Warn };
             out.extend(wrapped(
                 &format!("{} pod(s): {}", g.pods.len(), g.reason),
                 width,

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kk_live::ClientOptions;
-use kk_sim::disrupt;
+use kk_sim::disrupt::{self, state::ClusterState};
 use kk_sim::fleet::Fleet;
 use kk_sim::{LoadOptions, SourceFile};
 
@@ -58,12 +58,21 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// The view of one state: read it, plan its pending pods, build the fleet.
-pub fn view(files: &[SourceFile], now: i64, pool: Option<&str>) -> Result<Fleet, Failure> {
-    let state = disrupt::load(files, &LoadOptions::default(), None)
-        .map_err(|errors| crate::sources::problems(&errors, "in the cluster's state"))?;
+/// The cluster's state read from its documents.
+fn load_state(files: &[SourceFile]) -> Result<ClusterState, Failure> {
+    disrupt::load(files, &LoadOptions::default(), None)
+        .map_err(|errors| crate::sources::problems(&errors, "in the cluster's state"))
+}
+
+/// The view of one state: plan its pending pods, build the fleet.
+fn fleet_of(state: &ClusterState, now: i64, pool: Option<&str>) -> Fleet {
     let plan = kk_sim::solve(&state.input);
-    Ok(Fleet::from_cluster(&state, &plan, now, pool))
+    Fleet::from_cluster(state, &plan, now, pool)
+}
+
+/// The view of the state in `files`.
+pub fn view(files: &[SourceFile], now: i64, pool: Option<&str>) -> Result<Fleet, Failure> {
+    Ok(fleet_of(&load_state(files)?, now, pool))
 }
 
 fn sources(listed: Vec<(String, String)>) -> Vec<SourceFile> {
@@ -121,13 +130,14 @@ pub fn run(args: &TopArgs) -> Result<ExitCode, Failure> {
             );
         }
         let now = match &args.now {
-            Some(t) => disrupt::clock::parse_time(t).map_err(|e| Failure(format!("--now: {e}")))?,
-            None => disrupt::load(&files, &LoadOptions::default(), None)
-                .ok()
-                .and_then(|s| s.latest)
-                .unwrap_or_else(unix_now),
+            Some(t) => {
+                Some(disrupt::clock::parse_time(t).map_err(|e| Failure(format!("--now: {e}")))?)
+            }
+            None => None,
         };
-        print_snapshot(&view(&files, now, args.pool.as_deref())?, &args.output)?;
+        let state = load_state(&files)?;
+        let now = now.or(state.latest).unwrap_or_else(unix_now);
+        print_snapshot(&fleet_of(&state, now, args.pool.as_deref()), &args.output)?;
         return Ok(ExitCode::SUCCESS);
     }
     let options = client_options(args)?;

@@ -241,3 +241,5 @@ pub struct ClusterState {
 mod read;
 
 pub use read::load;
+/// A condition of an object as read, and whether it is `True` (the fleet view reads NodeClaims').
+pub(crate) use read::{condition, is_true};

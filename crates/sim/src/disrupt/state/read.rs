@@ -108,13 +108,13 @@ fn conditions(v: &Value) -> Vec<&Value> {
         .unwrap_or_default()
 }
 
-fn condition<'v>(v: &'v Value, kind: &str) -> Option<&'v Value> {
+pub(crate) fn condition<'v>(v: &'v Value, kind: &str) -> Option<&'v Value> {
     conditions(v)
         .into_iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some(kind))
 }
 
-fn is_true(c: Option<&Value>) -> bool {
+pub(crate) fn is_true(c: Option<&Value>) -> bool {
     c.and_then(|c| c.get("status"))
         .and_then(Value::as_str)
         .is_some_and(|s| s == "True")
