@@ -35,9 +35,6 @@ pub fn live(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The lab spec's placeholder VPC: the lab's instances run in moto's default VPC.
-const PLACEHOLDER_VPC: &str = "vpc-0a1b2c3d4e5f60718";
-
 /// The lab spec's join stores: the SSM parameter (mode ssm) and the Secrets Manager secret
 /// (mode secrets-manager, the default name).
 const STORES_WITH_A_TOKEN: &str = "sm = boto3.client('secretsmanager')
@@ -261,13 +258,7 @@ impl Lab {
         self.lab(&["spec"]);
         let lab_spec = repo().join(".lab/spec.yaml");
         let text = edit(std::fs::read_to_string(&lab_spec).unwrap());
-        // The lab spec says its VPC is isolated (no pricing API here): doctor then checks the
-        // VPC's endpoints, so the lab's VPC has the ones the spec needs, as a real one would.
-        let text = if text.contains(PLACEHOLDER_VPC) {
-            text.replace(PLACEHOLDER_VPC, &self.isolated_vpc(&text))
-        } else {
-            text
-        };
+        self.assert_vpc_endpoints(&text);
         let spec = repo()
             .join(".lab")
             .join(format!("spec-{}.yaml", std::process::id()));
@@ -283,27 +274,24 @@ impl Lab {
         (spec, bundle)
     }
 
-    /// moto's default VPC (where the lab's instances run), with every endpoint the spec
-    /// `text` needs in an isolated VPC (`kk_spec::vpc_endpoints`), made on first use.
-    pub fn isolated_vpc(&self, text: &str) -> String {
-        let vpc = self.aws(
-            "print(ec2.describe_vpcs(Filters=[{'Name': 'isDefault', 'Values': ['true']}])['Vpcs'][0]['VpcId'])",
-        );
+    /// The lab spec says its VPC is isolated (no pricing API here), and `testbed/lab spec` made
+    /// that VPC's endpoints from its own list: every one `kk_spec::vpc_endpoints` requires for
+    /// the spec `text` must be there, or that list has fallen behind.
+    fn assert_vpc_endpoints(&self, text: &str) {
         let Ok(cluster) = kk_spec::parse_spec(text, "lab-spec.yaml") else {
-            return vpc;
+            return; // a test that breaks the spec on purpose; render reports it
         };
-        let wanted: Vec<String> = kk_spec::vpc_endpoints::required(&cluster.spec)
-            .iter()
-            .map(|e| format!("('{}', '{}')", e.service_name, e.kind.as_str()))
-            .collect();
-        self.aws(&format!(
-            "have = {{e['ServiceName'] for e in ec2.describe_vpc_endpoints(Filters=[{{'Name': 'vpc-id', 'Values': ['{vpc}']}}])['VpcEndpoints'] if e['State'].lower() == 'available'}}
-for name, kind in [{}]:
-    if name not in have:
-        ec2.create_vpc_endpoint(VpcId='{vpc}', ServiceName=name, VpcEndpointType=kind)",
-            wanted.join(", ")
+        let vpc = &cluster.spec.spec.aws.vpc_id;
+        let have = self.aws(&format!(
+            "print('\\n'.join(e['ServiceName'] for e in ec2.describe_vpc_endpoints(Filters=[{{'Name': 'vpc-id', 'Values': ['{vpc}']}}])['VpcEndpoints'] if e['State'].lower() == 'available'))"
         ));
-        vpc
+        for e in kk_spec::vpc_endpoints::required(&cluster.spec) {
+            assert!(
+                have.lines().any(|l| l == e.service_name),
+                "VPC {vpc} lacks the endpoint {} the lab spec needs: add it to `testbed/lab spec`'s list",
+                e.service_name
+            );
+        }
     }
 
     /// `require`, `render` with `edit`, then `deploy`: the lab running this test's bundle.
