@@ -7,7 +7,8 @@ package main
 // Over 700 lines on purpose: a scenario is one sequence of draws from one stream
 // (instance types, pools, DaemonSets, workloads, existing nodes, in that order), and
 // a seed's output depends on that order; kept in one file so the order reads top to
-// bottom. The --extended draws use their own stream (extendPools, extras).
+// bottom. The --extended draws use their own stream (extendPools, extras), the
+// --reserved draws another (gen_reserved.go).
 
 import (
 	"bytes"
@@ -36,6 +37,7 @@ func cmdGenerate(args []string) error {
 	seed := fs.Int64("seed", 1, "seed")
 	count := fs.Int("count", 500, "number of scenarios")
 	extended := fs.Bool("extended", false, "also generate the features of extendedFeatures (from a random stream of their own, so scenarios without the flag stay byte-identical)")
+	reserved := fs.Bool("reserved", false, "also generate capacity reservations and the pools and pods that use them (a stream of their own, as --extended)")
 	out := fs.String("out", "", "output directory")
 	if rest := parseInterleaved(fs, args); len(rest) > 0 {
 		return fmt.Errorf("generate: unexpected arguments %v", rest)
@@ -49,7 +51,7 @@ func cmdGenerate(args []string) error {
 	tags := map[string]int{}
 	var total int64
 	for i := 0; i < *count; i++ {
-		sc := generateScenario(*seed, i, *extended)
+		sc := generateScenario(*seed, i, *extended, *reserved)
 		for _, t := range sc.Tags {
 			tags[t]++
 		}
@@ -198,7 +200,11 @@ type gen struct {
 	// unchanged).
 	extended bool
 	x        *rand.Rand
+	// y: the --reserved draws (gen_reserved.go), a stream of their own.
+	y        *rand.Rand
 	pools    []*karpv1.NodePool
+	// reservedTypes: the types that got a reservation (gen_reserved.go).
+	reservedTypes []string
 	podSeq   int
 	base     time.Time
 }
@@ -393,9 +399,10 @@ func (g *gen) extras(spec *corev1.PodSpec, w *workload, earlier []*workload) {
 	}
 }
 
-func generateScenario(seed int64, idx int, extended bool) *Scenario {
+func generateScenario(seed int64, idx int, extended, reserved bool) *Scenario {
 	g := &gen{
 		extended: extended,
+		y:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + reservedStreamID)),
 		x:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + extendedStreamID)),
 		r:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + 17)),
 		seed:     seed,
@@ -430,6 +437,9 @@ func generateScenario(seed int64, idx int, extended bool) *Scenario {
 	if g.extended {
 		g.extendPools()
 	}
+	if reserved && g.y.Float64() < reservedShare {
+		g.reservations()
+	}
 	for _, np := range g.pools {
 		sc.NodePools = append(sc.NodePools, *np)
 	}
@@ -440,6 +450,9 @@ func generateScenario(seed int64, idx int, extended bool) *Scenario {
 	}
 	sc.DaemonSets = dss
 	workloads := g.workloads()
+	if len(g.reservedTypes) > 0 {
+		g.reservedPods(workloads)
+	}
 	if g.features[featExisting] || g.chance(0.1) {
 		g.features[featExisting] = true
 		sc.ExistingNodes = g.existingNodes(workloads, dss)

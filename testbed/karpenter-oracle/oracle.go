@@ -51,11 +51,26 @@ func init() {
 	// IntegerInstanceLabelKey) in karpv1.WellKnownLabels. Undo that so the
 	// oracle has core Karpenter's set of well-known labels.
 	// The fake cloud provider's init also registers its reservation-id label
-	// (testv1alpha1.LabelReservationID); remove it as well. The scenarios
-	// have no reserved offerings, so only error texts would show it.
+	// (testv1alpha1.LabelReservationID); reserved offerings use the AWS
+	// provider's three capacity-reservation labels instead, registered as the
+	// AWS provider registers them (well-known, and reserved-capacity labels).
 	karpv1.WellKnownLabels.Delete(fake.LabelInstanceSize, fake.ExoticInstanceLabelKey, fake.IntegerInstanceLabelKey,
 		testv1alpha1.LabelReservationID)
+	cloudprovider.ReservedCapacityLabels.Delete(testv1alpha1.LabelReservationID)
+	cloudprovider.ReservationIDLabel = labelReservationID
+	karpv1.WellKnownLabels.Insert(reservationLabels...)
+	cloudprovider.ReservedCapacityLabels.Insert(reservationLabels...)
 }
+
+// The AWS provider's capacity-reservation labels (karpenter-provider-aws
+// pkg/apis/v1 labels.go).
+const (
+	labelReservationID            = "karpenter.k8s.aws/capacity-reservation-id"
+	labelReservationType          = "karpenter.k8s.aws/capacity-reservation-type"
+	labelReservationInterruptible = "karpenter.k8s.aws/capacity-reservation-interruptible"
+)
+
+var reservationLabels = []string{labelReservationID, labelReservationType, labelReservationInterruptible}
 
 // RunConfig holds the knobs of one oracle run.
 type RunConfig struct {
@@ -105,18 +120,34 @@ type built struct {
 
 func buildInstanceType(spec InstanceTypeSpec) (*cloudprovider.InstanceType, error) {
 	offerings := cloudprovider.Offerings{}
+	// As the AWS provider builds them (pkg/providers/instancetype/offering):
+	// a reserved offering carries its reservation's id, type and
+	// interruptible labels; every other offering, and a type without
+	// reservations, has them as DoesNotExist.
+	reservationValues := [3][]string{}
 	for _, o := range spec.Offerings {
 		if o.Zone == "" || o.CapacityType == "" {
 			return nil, fmt.Errorf("instance type %s: offering needs zone and capacityType", spec.Name)
 		}
-		offerings = append(offerings, &cloudprovider.Offering{
-			Requirements: scheduling.NewLabelRequirements(map[string]string{
-				karpv1.CapacityTypeLabelKey: o.CapacityType,
-				corev1.LabelTopologyZone:    o.Zone,
-			}),
-			Price:     o.Price,
-			Available: o.IsAvailable(),
+		reqs := scheduling.NewLabelRequirements(map[string]string{
+			karpv1.CapacityTypeLabelKey: o.CapacityType,
+			corev1.LabelTopologyZone:    o.Zone,
 		})
+		offering := &cloudprovider.Offering{Price: o.Price, Available: o.IsAvailable()}
+		if o.CapacityType == karpv1.CapacityTypeReserved {
+			values := [3]string{o.ReservationID, lo.Ternary(o.ReservationType == "", "default", o.ReservationType), "false"}
+			for i, key := range reservationLabels {
+				reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, values[i]))
+				reservationValues[i] = append(reservationValues[i], values[i])
+			}
+			offering.ReservationCapacity = lo.FromPtr(o.ReservationCapacity)
+		} else {
+			for _, key := range reservationLabels {
+				reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpDoesNotExist))
+			}
+		}
+		offering.Requirements = reqs
+		offerings = append(offerings, offering)
 	}
 	reqs := scheduling.NewRequirements()
 	for _, k := range sortedKeys(spec.Labels) {
@@ -124,6 +155,13 @@ func buildInstanceType(spec InstanceTypeSpec) (*cloudprovider.InstanceType, erro
 	}
 	for _, r := range spec.Requirements {
 		reqs.Add(scheduling.NewRequirement(r.Key, r.Operator, r.Values...))
+	}
+	for i, key := range reservationLabels {
+		if len(reservationValues[i]) == 0 {
+			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpDoesNotExist))
+		} else {
+			reqs.Add(scheduling.NewRequirement(key, corev1.NodeSelectorOpIn, lo.Uniq(reservationValues[i])...))
+		}
 	}
 	// Derived requirements, as the fake (and AWS) cloud provider build them:
 	// the name, and zone / capacity type from the available offerings.
@@ -543,8 +581,10 @@ type pricedOffering struct {
 	zone  string
 }
 
+// cheapestOffering prices a type as OrderByPrice does: launchable offerings
+// only (a full reservation is available but not launchable).
 func cheapestOffering(it *cloudprovider.InstanceType, reqs scheduling.Requirements) (pricedOffering, bool) {
-	ofs := it.Offerings.Available().Compatible(reqs)
+	ofs := it.Offerings.Launchable().Compatible(reqs)
 	if len(ofs) == 0 {
 		return pricedOffering{it: it, price: math.MaxFloat64}, false
 	}

@@ -76,8 +76,18 @@ type OfferingSpec struct {
 	Zone         string  `json:"zone"`
 	CapacityType string  `json:"capacityType"`
 	Price        float64 `json:"price"`
-	// Available defaults to true when omitted.
+	// Available defaults to true when omitted. A reserved offering's
+	// availability is its health only (Karpenter v1.15): a full reservation
+	// is available with reservationCapacity 0.
 	Available *bool `json:"available,omitempty"`
+	// ReservationID, ReservationCapacity and ReservationType describe the
+	// capacity reservation of a "reserved" offering (required there,
+	// forbidden elsewhere): its id (karpenter.k8s.aws/capacity-reservation-id),
+	// the instances still free in it, and "default" (the default) or
+	// "capacity-block".
+	ReservationID       string `json:"reservationID,omitempty"`
+	ReservationCapacity *int   `json:"reservationCapacity,omitempty"`
+	ReservationType     string `json:"reservationType,omitempty"`
 }
 
 func (o OfferingSpec) IsAvailable() bool { return o.Available == nil || *o.Available }
@@ -160,7 +170,7 @@ func checkKeys(data []byte) error {
 			}
 		}
 		for _, o := range ofs {
-			if err := onlyKeys("offering", o, "zone", "capacityType", "price", "available"); err != nil {
+			if err := onlyKeys("offering", o, "zone", "capacityType", "price", "available", "reservationID", "reservationCapacity", "reservationType"); err != nil {
 				return err
 			}
 		}
@@ -207,6 +217,19 @@ func (sc *Scenario) validate() error {
 		seen[it.Name] = true
 		if it.Overhead != nil && it.Allocatable != nil {
 			return fmt.Errorf("instance type %q: give overhead or allocatable, not both", it.Name)
+		}
+		for _, o := range it.Offerings {
+			reserved := o.CapacityType == karpv1.CapacityTypeReserved
+			described := o.ReservationID != "" || o.ReservationCapacity != nil || o.ReservationType != ""
+			if reserved && (o.ReservationID == "" || o.ReservationCapacity == nil || *o.ReservationCapacity < 0) {
+				return fmt.Errorf("instance type %q: a reserved offering needs reservationID and reservationCapacity >= 0", it.Name)
+			}
+			if !reserved && described {
+				return fmt.Errorf("instance type %q: only a reserved offering has a reservation", it.Name)
+			}
+			if o.ReservationType != "" && o.ReservationType != "default" && o.ReservationType != "capacity-block" {
+				return fmt.Errorf("instance type %q: reservationType %q is neither default nor capacity-block", it.Name, o.ReservationType)
+			}
 		}
 	}
 	names := map[string]bool{}

@@ -73,8 +73,12 @@ pub use offerings::{
 pub use resources::Resources;
 pub use types::{
     Accelerator, Arch, CapacityType, DocumentedAllocatable, EniLimits, Gpu, InstanceType, Labels,
-    Offering, UnknownValue,
+    Offering, Reservation, UnknownValue,
 };
+
+/// Karpenter's AWS provider prices a reserved offering at on-demand ÷ 10⁷: the instances are
+/// paid for already, and the tiny price keeps the types' relative order for consolidation.
+pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
 
 /// Where the EC2 data came from (the `source` field of the shared JSON).
 pub const DATA_SOURCE: &str = raw::AWS_SOURCE;
@@ -252,6 +256,37 @@ impl Catalog {
             }
             None => false,
         }
+    }
+
+    /// Adds the `reserved` offering of one capacity reservation to its type. `price` `None`
+    /// prices it as Karpenter's AWS provider does: the type's on-demand price ÷ 10⁷ (0 when the
+    /// type has none), so reserved capacity sorts before anything else yet keeps the types'
+    /// order. Returns false when the catalog has no such type.
+    pub fn add_reservation(
+        &mut self,
+        instance_type: &str,
+        zone: &str,
+        reservation: Reservation,
+        price: Option<f64>,
+        available: bool,
+    ) -> bool {
+        let Ok(i) = self
+            .types
+            .binary_search_by(|t| t.name.as_str().cmp(instance_type))
+        else {
+            return false;
+        };
+        let it = &mut self.types[i];
+        let price =
+            price.unwrap_or_else(|| it.on_demand_price.unwrap_or(0.0) / RESERVED_PRICE_DIVISOR);
+        it.offerings.push(Offering {
+            zone: Arc::from(zone),
+            capacity_type: CapacityType::Reserved,
+            price,
+            available,
+            reservation: Some(reservation),
+        });
+        true
     }
 
     /// GPU names (`instance-gpu-name` values) present, sorted.

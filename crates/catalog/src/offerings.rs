@@ -67,10 +67,13 @@ pub struct PriceTable {
     len: usize,
 }
 
-fn slot(capacity_type: CapacityType) -> usize {
+/// The table's column for a publicly priced capacity type; reserved offerings are priced from
+/// on-demand ([`crate::Catalog::add_reservation`]), never from the table.
+fn slot(capacity_type: CapacityType) -> Option<usize> {
     match capacity_type {
-        CapacityType::OnDemand => 0,
-        CapacityType::Spot => 1,
+        CapacityType::OnDemand => Some(0),
+        CapacityType::Spot => Some(1),
+        CapacityType::Reserved => None,
     }
 }
 
@@ -102,6 +105,11 @@ impl PriceTable {
             let capacity_type: CapacityType = capacity_type
                 .parse()
                 .map_err(|e: crate::types::UnknownValue| err(e.to_string()))?;
+            if capacity_type == CapacityType::Reserved {
+                return Err(err(
+                    "reserved offerings are priced as Karpenter prices them (on-demand ÷ 10⁷), not from a price table".into(),
+                ));
+            }
             let price: f64 = price
                 .parse()
                 .ok()
@@ -119,7 +127,8 @@ impl PriceTable {
         Ok(table)
     }
 
-    /// Sets a price; returns the one it replaces.
+    /// Sets a price; returns the one it replaces. A `reserved` price is not kept: reserved
+    /// offerings are priced from on-demand.
     pub fn insert(
         &mut self,
         instance_type: &str,
@@ -127,13 +136,14 @@ impl PriceTable {
         capacity_type: CapacityType,
         price: f64,
     ) -> Option<f64> {
+        let slot = slot(capacity_type)?;
         let old = self
             .prices
             .entry(instance_type.to_owned())
             .or_default()
             .entry(zone.to_owned())
-            .or_default()[slot(capacity_type)]
-        .replace(price);
+            .or_default()[slot]
+            .replace(price);
         if old.is_none() {
             self.len += 1;
         }
@@ -141,7 +151,7 @@ impl PriceTable {
     }
 
     pub fn get(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) -> Option<f64> {
-        self.prices.get(instance_type)?.get(zone)?[slot(capacity_type)]
+        self.prices.get(instance_type)?.get(zone)?[slot(capacity_type)?]
     }
 
     pub fn len(&self) -> usize {
@@ -158,7 +168,7 @@ impl PriceTable {
             zones.iter().flat_map(move |(z, prices)| {
                 CapacityType::ALL
                     .into_iter()
-                    .filter_map(move |c| prices[slot(c)].map(|p| (t.as_str(), z.as_str(), c, p)))
+                    .filter_map(move |c| prices[slot(c)?].map(|p| (t.as_str(), z.as_str(), c, p)))
             })
         })
     }
@@ -230,6 +240,7 @@ pub(crate) fn offerings_for(
 ) -> Vec<Offering> {
     let modelled = |c: CapacityType| match c {
         CapacityType::OnDemand => it.on_demand_price,
+        CapacityType::Reserved => None,
         CapacityType::Spot => match (config.spot_fraction, it.spot_price) {
             (Some(f), _) => it.on_demand_price.map(|od| od * f),
             (None, Some(spot)) => Some(spot),
@@ -250,6 +261,7 @@ pub(crate) fn offerings_for(
                     capacity_type: c,
                     price,
                     available: true,
+                    reservation: None,
                 });
             }
         }
@@ -283,8 +295,10 @@ mod tests {
         let e = PriceTable::parse_csv("m6i.large,us-east-1a,reserved,1").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "line 1: unknown capacity type \"reserved\" (expected spot or on-demand)"
+            "line 1: reserved offerings are priced as Karpenter prices them (on-demand ÷ 10⁷), not from a price table"
         );
+        let e = PriceTable::parse_csv("m6i.large,us-east-1a,dedicated,1").unwrap_err();
+        assert!(e.to_string().starts_with("line 1: unknown capacity type \"dedicated\""), "{e}");
         let e = PriceTable::parse_csv("a,b,spot,1\na,b,spot,2").unwrap_err();
         assert!(e.to_string().starts_with("line 2: "), "{e}");
         assert!(PriceTable::parse_csv("a,b,spot,-1").is_err());

@@ -43,7 +43,7 @@ impl fmt::Display for Arch {
 pub enum UnknownValue {
     #[error("unknown architecture {0:?} (expected amd64 or arm64)")]
     Arch(String),
-    #[error("unknown capacity type {0:?} (expected spot or on-demand)")]
+    #[error("unknown capacity type {0:?} (expected spot, on-demand or reserved)")]
     CapacityType(String),
 }
 
@@ -58,21 +58,25 @@ impl FromStr for Arch {
     }
 }
 
-/// `karpenter.sh/capacity-type` values the catalog offers (no `reserved`: capacity
-/// reservations are account-specific).
+/// `karpenter.sh/capacity-type` values. The catalog prices `on-demand` and `spot` itself;
+/// `reserved` offerings come from an account's capacity reservations
+/// ([`crate::Catalog::add_reservation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CapacityType {
     OnDemand,
     Spot,
+    Reserved,
 }
 
 impl CapacityType {
+    /// The capacity types with public prices, which the catalog builds offerings for.
     pub const ALL: [CapacityType; 2] = [CapacityType::OnDemand, CapacityType::Spot];
 
     pub fn as_str(self) -> &'static str {
         match self {
             CapacityType::OnDemand => "on-demand",
             CapacityType::Spot => "spot",
+            CapacityType::Reserved => "reserved",
         }
     }
 }
@@ -89,6 +93,7 @@ impl FromStr for CapacityType {
         match s {
             "on-demand" => Ok(CapacityType::OnDemand),
             "spot" => Ok(CapacityType::Spot),
+            "reserved" => Ok(CapacityType::Reserved),
             _ => Err(UnknownValue::CapacityType(s.to_owned())),
         }
     }
@@ -106,6 +111,31 @@ pub struct Offering {
     /// cached for a few minutes, as Karpenter does). The catalog itself creates all
     /// offerings available.
     pub available: bool,
+    /// The capacity reservation of a `reserved` offering; `None` for the others.
+    pub reservation: Option<Reservation>,
+}
+
+impl Offering {
+    /// Whether a node can be launched into it now (Karpenter's `Launchable`): available and,
+    /// for a reserved offering, with an instance left in its reservation.
+    pub fn launchable(&self) -> bool {
+        self.available && self.reservation.as_ref().is_none_or(|r| r.capacity > 0)
+    }
+}
+
+/// An EC2 capacity reservation (On-Demand Capacity Reservation or capacity block for ML) as
+/// Karpenter's AWS provider turns it into one `reserved` offering of its type and zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    /// `cr-…`, the `karpenter.k8s.aws/capacity-reservation-id` label.
+    pub id: Arc<str>,
+    /// `default` or `capacity-block`, the `karpenter.k8s.aws/capacity-reservation-type` label.
+    pub kind: Arc<str>,
+    /// The `karpenter.k8s.aws/capacity-reservation-interruptible` label.
+    pub interruptible: bool,
+    /// Instances still available in it (EC2's `AvailableInstanceCount`). A full reservation is
+    /// still an available offering, only not launchable.
+    pub capacity: u32,
 }
 
 /// The GPU model of a type (EC2 `GpuInfo` when it lists exactly one model).

@@ -20,8 +20,6 @@ use crate::plan::Plan;
 use crate::solver::Input;
 use kk_model::quantity::Quantity;
 
-/// Karpenter prices a reserved offering at on-demand ÷ 10⁷ (so it always sorts first).
-const RESERVED_PRICE_DIVISOR: f64 = 1e7;
 /// A NodeClaim not registered after this long is worth a look (Karpenter's own registration
 /// TTL is 15 minutes; the alert in monitoring/ fires at the same mark).
 pub const STUCK_AFTER_SECONDS: i64 = 15 * 60;
@@ -191,7 +189,7 @@ pub fn offering_price(
             .map(|o| o.price)
     };
     match capacity_type {
-        "reserved" => on_demand(zone).map(|p| p / RESERVED_PRICE_DIVISOR),
+        "reserved" => on_demand(zone).map(|p| p / kk_catalog::RESERVED_PRICE_DIVISOR),
         "spot" => it
             .offering(zone, CapacityType::Spot)
             .or_else(|| it.cheapest(Some(CapacityType::Spot)))

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kk_catalog::resources::quantity_units;
 use kk_catalog::{
-    Arch, CapacityType, Catalog, InstanceType, OfferingConfig, OverheadModel, PriceTable, Resources,
+    Arch, CapacityType, Catalog, InstanceType, OfferingConfig, OverheadModel, PriceTable,
+    Reservation, Resources,
 };
 use kk_model::quantity::Quantity;
 use serde_json::{Value, json};
@@ -65,8 +66,15 @@ fn resources(v: Option<&Value>) -> Result<Resources, ScenarioError> {
     Ok(r)
 }
 
-/// (zone, capacity type, price, available).
-type ScenarioOffering = (String, CapacityType, f64, bool);
+/// One offering as the scenario gives it.
+struct ScenarioOffering {
+    zone: String,
+    capacity_type: CapacityType,
+    price: f64,
+    available: bool,
+    /// A `reserved` offering's reservation.
+    reservation: Option<Reservation>,
+}
 
 fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), ScenarioError> {
     let name = v
@@ -123,6 +131,7 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Sce
         let ct = match o.get("capacityType").and_then(Value::as_str) {
             Some("spot") => CapacityType::Spot,
             Some("on-demand") => CapacityType::OnDemand,
+            Some("reserved") => CapacityType::Reserved,
             other => {
                 return Err(ScenarioError::Invalid(format!(
                     "{name}: unsupported capacityType {other:?}"
@@ -131,7 +140,17 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Sce
         };
         let price = o.get("price").and_then(Value::as_f64).unwrap_or(0.0);
         let available = o.get("available").and_then(Value::as_bool).unwrap_or(true);
-        offerings.push((zone, ct, price, available));
+        let reservation = match ct {
+            CapacityType::Reserved => Some(reservation(&name, o)?),
+            _ => None,
+        };
+        offerings.push(ScenarioOffering {
+            zone,
+            capacity_type: ct,
+            price,
+            available,
+            reservation,
+        });
     }
     let vcpu = u32::try_from(capacity.cpu_milli / 1000).unwrap_or(0);
     let memory_mib = u64::try_from(capacity.memory_bytes >> 20).unwrap_or(0);
@@ -164,6 +183,36 @@ fn instance_type(v: &Value) -> Result<(InstanceType, Vec<ScenarioOffering>), Sce
     Ok((it, offerings))
 }
 
+/// A reserved offering's `reservationID`, `reservationCapacity` and `reservationType`
+/// (default `default`), as the oracle reads them.
+fn reservation(name: &str, o: &Value) -> Result<Reservation, ScenarioError> {
+    let id = o
+        .get("reservationID")
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ScenarioError::Invalid(format!("{name}: reserved offering without reservationID"))
+        })?;
+    let capacity = o
+        .get("reservationCapacity")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            ScenarioError::Invalid(format!(
+                "{name}: reserved offering {id} without reservationCapacity"
+            ))
+        })?;
+    let kind = o
+        .get("reservationType")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    Ok(Reservation {
+        id: id.into(),
+        kind: kind.into(),
+        interruptible: false,
+        capacity,
+    })
+}
+
 /// The scenario's instance types as a catalog.
 pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     let mut prices = PriceTable::default();
@@ -171,6 +220,7 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     let mut zones = BTreeSet::new();
     let mut cts = BTreeSet::new();
     let mut unavailable = Vec::new();
+    let mut reserved = Vec::new();
     for v in scenario
         .get("instanceTypes")
         .and_then(Value::as_array)
@@ -178,13 +228,17 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
         .flatten()
     {
         let (it, offerings) = instance_type(v)?;
-        for (zone, ct, price, available) in offerings {
-            prices.insert(&it.name, &zone, ct, price);
-            if !available {
-                unavailable.push((it.name.clone(), zone.clone(), ct));
+        for o in offerings {
+            if let Some(r) = o.reservation {
+                reserved.push((it.name.clone(), o.zone, r, o.price, o.available));
+                continue;
             }
-            zones.insert(zone);
-            cts.insert(ct.as_str().to_owned());
+            prices.insert(&it.name, &o.zone, o.capacity_type, o.price);
+            if !o.available {
+                unavailable.push((it.name.clone(), o.zone.clone(), o.capacity_type));
+            }
+            zones.insert(o.zone);
+            cts.insert(o.capacity_type.as_str().to_owned());
         }
         types.push(it);
     }
@@ -200,6 +254,10 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     let mut catalog = Catalog::from_types(types, &config)?;
     for (name, zone, ct) in unavailable {
         catalog.set_available(&name, &zone, ct, false);
+    }
+    // After the others, as the AWS provider appends reserved offerings to a type's list.
+    for (name, zone, r, price, available) in reserved {
+        catalog.add_reservation(&name, &zone, r, Some(price), available);
     }
     Ok(catalog)
 }
@@ -284,7 +342,7 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
     .map_err(ScenarioError::Load)
 }
 
-/// The cheapest available offering of catalog type `ci` that a claim's requirements allow:
+/// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
 /// (capacity type, zone, price), price ties broken by capacity type, then zone, by name — the
 /// oracle's `capacityType`/`zone`/`price` of a claim (docs/fidelity.md, "The result format").
 fn cheapest_offering(
@@ -292,12 +350,11 @@ fn cheapest_offering(
     claim: &ClaimResult,
     ci: usize,
 ) -> Option<(&'static str, String, f64)> {
-    let zr = claim.requirements.get(crate::labels::ZONE);
-    let cr = claim.requirements.get(crate::labels::CAPACITY_TYPE);
+    let filter = crate::offerings::OfferingFilter::new(&claim.requirements);
     catalog.types()[ci]
         .offerings
         .iter()
-        .filter(|o| o.available && zr.has(&o.zone) && cr.has(o.capacity_type.as_str()))
+        .filter(|o| o.launchable() && filter.allows(o))
         .map(|o| (o.capacity_type.as_str(), o.zone.to_string(), o.price))
         .min_by(|a, b| {
             a.2.total_cmp(&b.2)

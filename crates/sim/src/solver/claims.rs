@@ -1,12 +1,15 @@
 //! NodeClaims (`nodeclaim.go`): whether a pod can join an in-flight claim, which of its
 //! NodePool's instance types survive, why none does, and opening a new claim.
 
+use std::sync::Arc;
+
 use super::bits::Bits;
 use super::fit::with_topology;
 use super::outcome::Placement;
 use super::{Claim, GO_SORT_EXACT, Scheduler};
 use crate::labels::{self, HOSTNAME};
 use crate::model::{Pod, untolerated};
+use crate::offerings::OfferingFilter;
 use crate::req::{Operator, Requirement, Requirements};
 use crate::res::{self, Res};
 use kk_catalog::resources::format_quantity;
@@ -49,27 +52,22 @@ impl Scheduler<'_> {
         bits
     }
 
+    /// The types with an available offering the requirements allow.
     pub(super) fn offer_bits(&mut self, p: usize, reqs: &Requirements) -> Bits {
-        let zr = reqs.get(labels::ZONE);
-        let cr = reqs.get(labels::CAPACITY_TYPE);
+        let filter = OfferingFilter::new(reqs);
         let input = self.input;
         let pool = &mut self.pools[p];
-        let inner = pool.offer_cache.entry(zr.clone()).or_default();
-        if let Some(b) = inner.get(&cr) {
+        if let Some(b) = pool.offer_cache.get(&filter) {
             return b.clone();
         }
         let mut b = pool.all.cleared();
         for (i, t) in pool.types.iter().enumerate() {
             let it = &input.catalog.types()[t.cat];
-            if it
-                .offerings
-                .iter()
-                .any(|o| o.available && zr.has(&o.zone) && cr.has(o.capacity_type.as_str()))
-            {
+            if it.offerings.iter().any(|o| o.available && filter.allows(o)) {
                 b.set(i);
             }
         }
-        inner.insert(cr, b.clone());
+        pool.offer_cache.insert(filter, b.clone());
         b
     }
 
@@ -274,7 +272,10 @@ impl Scheduler<'_> {
         pod: &Pod,
         reqs: Requirements,
         types: Bits,
+        reserve: Vec<Arc<str>>,
     ) {
+        self.reservations.hold(self.claims[c].host, &reserve);
+        self.claims[c].reserved = reserve;
         let max_net = self.max_net(self.claims[c].pool, &types);
         let data = &self.data[pid];
         let claim = &mut self.claims[c];
@@ -322,14 +323,18 @@ impl Scheduler<'_> {
         self.placements[pid] = Some(Placement::Claim(c));
     }
 
-    pub(super) fn new_claim(&mut self, p: usize, pid: usize, pod: &Pod) -> Result<(), String> {
+    pub(super) fn new_claim(&mut self, p: usize, pid: usize, pod: &Pod) -> Result<(), Refused> {
         let pool = &mut self.pools[p];
         if let Some(reason) = pool.limits.nodes_exceeded(&pool.name) {
-            return Err(reason);
+            return Err(Refused::plain(reason));
         }
         let types = pool.limits.within(&pool.types);
         if types.is_empty() {
-            return Err(pool.limits.error(&pool.name, &pool.types, &self.index));
+            return Err(Refused::plain(pool.limits.error(
+                &pool.name,
+                &pool.types,
+                &self.index,
+            )));
         }
         let hostname = format!("hostname-placeholder-{:04}", self.claims.len() + 1);
         let host = self.topology.domain_id(&hostname);
@@ -347,21 +352,50 @@ impl Scheduler<'_> {
             pods: Vec::new(),
             host_ports: Vec::new(),
             singles: vec![u32::MAX; self.topo_keys.len()],
+            reserved: Vec::new(),
         };
         self.claims.push(claim);
         let c = self.claims.len() - 1;
-        match self.claim_can_add(c, pid, pod, false) {
-            Ok((reqs, types)) => {
-                self.claim_add(c, pid, pod, reqs, types);
+        let accepted = self
+            .claim_can_add(c, pid, pod, false)
+            .map_err(|reason| Refused::plain(reason.unwrap_or_else(|| "cannot schedule".into())))
+            .and_then(|(reqs, types)| {
+                self.offerings_to_reserve(c, &reqs, &types)
+                    .map(|reserve| (reqs, types, reserve))
+                    .map_err(|reason| Refused {
+                        reason,
+                        reserved: true,
+                    })
+            });
+        match accepted {
+            Ok((reqs, types, reserve)) => {
+                self.claim_add(c, pid, pod, reqs, types, reserve);
                 // Pessimistic limits: the claim may launch as its largest remaining type.
                 let pool = &mut self.pools[p];
                 pool.limits.charge_claim(&pool.types, &self.claims[c].types);
                 Ok(())
             }
-            Err(reason) => {
+            Err(refused) => {
                 self.claims.pop();
-                Err(reason.unwrap_or_else(|| "cannot schedule".into()))
+                Err(refused)
             }
+        }
+    }
+}
+
+/// Why a NodePool could not open a claim for a pod.
+#[derive(Debug, Clone)]
+pub(super) struct Refused {
+    pub reason: String,
+    /// A reserved-offering error: the pod waits for a later loop.
+    pub reserved: bool,
+}
+
+impl Refused {
+    fn plain(reason: String) -> Refused {
+        Refused {
+            reason,
+            reserved: false,
         }
     }
 }

@@ -9,6 +9,7 @@ use kk_catalog::{CapacityType, Catalog, InstanceType};
 
 use super::{ClaimResult, Options};
 use crate::labels;
+use crate::offerings::{OfferingFilter, reservation_requirements};
 use crate::req::{Requirement, Requirements};
 
 fn region_of(zone: &str) -> Option<String> {
@@ -19,7 +20,8 @@ fn region_of(zone: &str) -> Option<String> {
 }
 
 /// The requirements an instance type offers (`computeRequirements`): its labels, every
-/// well-known AWS label it lacks as DoesNotExist, and zones/capacity types from its offerings.
+/// well-known AWS label it lacks as DoesNotExist, its reservations' labels (DoesNotExist
+/// without any), and zones/capacity types from its offerings.
 pub fn instance_requirements(it: &InstanceType) -> Requirements {
     let mut r = Requirements::new();
     let aws = it.labels.contains_key(labels::INSTANCE_FAMILY)
@@ -33,15 +35,12 @@ pub fn instance_requirements(it: &InstanceType) -> Requirements {
             labels::TENANCY,
             Requirement::in_values(["default", "dedicated"]),
         );
-        r.set(labels::RESERVATION_ID, Requirement::does_not_exist());
-        r.set(labels::RESERVATION_TYPE, Requirement::does_not_exist());
-        r.set(
-            labels::RESERVATION_INTERRUPTIBLE,
-            Requirement::does_not_exist(),
-        );
     }
     for (k, v) in &it.labels {
         r.set(k, Requirement::single(v));
+    }
+    for (k, req) in reservation_requirements(&it.offerings) {
+        r.set(k, req);
     }
     let avail = it.offerings.iter().filter(|o| o.available);
     let zones: BTreeSet<&str> = avail.clone().map(|o| &*o.zone).collect();
@@ -87,15 +86,11 @@ pub struct Launch {
 
 fn offers<'c>(
     it: &'c InstanceType,
-    zr: &'c Requirement,
-    cr: &'c Requirement,
+    filter: &'c OfferingFilter,
     ct: Option<CapacityType>,
 ) -> impl Iterator<Item = &'c kk_catalog::Offering> + 'c {
     it.offerings.iter().filter(move |o| {
-        o.available
-            && zr.has(&o.zone)
-            && cr.has(o.capacity_type.as_str())
-            && ct.is_none_or(|c| c == o.capacity_type)
+        o.launchable() && filter.allows(o) && ct.is_none_or(|c| c == o.capacity_type)
     })
 }
 
@@ -106,10 +101,10 @@ pub fn launch(
     options: &Options,
 ) -> Option<Launch> {
     let reqs = &claim.requirements;
-    let zr = reqs.get(labels::ZONE);
     let cr = reqs.get(labels::CAPACITY_TYPE);
+    let filter = OfferingFilter::new(reqs);
     let types = catalog.types();
-    let compatible_offer = |ci: usize, ct: Option<CapacityType>| offers(&types[ci], &zr, &cr, ct);
+    let compatible_offer = |ci: usize, ct: Option<CapacityType>| offers(&types[ci], &filter, ct);
     // CompatibleAvailableFilter.
     let mut kept: Vec<usize> = claim
         .types
@@ -154,7 +149,15 @@ pub fn launch(
             spot_cap = cheapest_od;
         }
     }
-    let capacity_type = if cr.has("spot")
+    // getCapacityType: reserved first, when the claim allows it and a reservation has room.
+    let capacity_type = if cr.has("reserved")
+        && kept.iter().any(|&ci| {
+            compatible_offer(ci, Some(CapacityType::Reserved))
+                .next()
+                .is_some()
+        }) {
+        CapacityType::Reserved
+    } else if cr.has("spot")
         && kept
             .iter()
             .any(|&ci| compatible_offer(ci, Some(CapacityType::Spot)).any(|o| o.price <= spot_cap))

@@ -13,14 +13,17 @@
 //! `existing.rs` holds the existing nodes; `claims.rs` the in-flight and new NodeClaims;
 //! `limits.rs` the NodePool limits; `relax.rs` preference relaxation; `fit.rs` the checks
 //! existing nodes and claims share; `outcome.rs` what the loop returns; `bits.rs` the set of
-//! instance types a claim still has; `launch.rs` the AWS provider's part (what a type offers,
+//! instance types a claim still has; `reserve.rs` which capacity reservations a claim
+//! holds (strict mode, as the provisioner runs it); `launch.rs` the AWS provider's part (what a type offers,
 //! which one a claim launches as).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use kk_catalog::Catalog;
 
 use crate::model::{Node, Pod, Pool, Taint};
+use crate::offerings::Reservations;
 use crate::req::{Requirement, Requirements};
 use crate::res::{Res, ResIndex};
 use crate::topology::Topology;
@@ -35,6 +38,7 @@ mod outcome;
 mod prepare;
 mod queue;
 mod relax;
+mod reserve;
 
 use bits::Bits;
 use limits::Limits;
@@ -104,7 +108,7 @@ struct PreparedPool {
     group_overhead: Vec<Res>,
     all: Bits,
     compat_cache: HashMap<String, HashMap<Requirement, Bits>>,
-    offer_cache: HashMap<Requirement, HashMap<Requirement, Bits>>,
+    offer_cache: HashMap<crate::offerings::OfferingFilter, Bits>,
     limits: Limits,
 }
 
@@ -122,6 +126,8 @@ struct Claim {
     /// Per topology key (`Scheduler::topo_keys`): the interned domain when the claim is
     /// narrowed to exactly one, else `u32::MAX`.
     singles: Vec<u32>,
+    /// The capacity reservations the claim holds an instance of (`reservedOfferings`).
+    reserved: Vec<Arc<str>>,
 }
 
 #[derive(Debug, Clone)]
@@ -164,4 +170,5 @@ pub(crate) struct Scheduler<'a> {
     no_pools: bool,
     /// Topology keys other than the hostname.
     topo_keys: Vec<String>,
+    reservations: Reservations,
 }

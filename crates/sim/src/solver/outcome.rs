@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::Scheduler;
 use crate::labels::{self, HOSTNAME};
+use crate::offerings::OfferingFilter;
 use crate::req::{Requirement, Requirements};
 use crate::res::{self, Res};
 
@@ -36,6 +37,8 @@ pub struct Trace {
 pub struct PodError {
     pub general: Option<String>,
     pub pools: Vec<(String, String)>,
+    /// A reserved-offering error ended the attempt (`IsReservedOfferingError`).
+    pub reserved: bool,
 }
 
 impl PodError {
@@ -43,6 +46,7 @@ impl PodError {
         PodError {
             general: Some(text.into()),
             pools: Vec::new(),
+            reserved: false,
         }
     }
 
@@ -94,7 +98,7 @@ impl Scheduler<'_> {
     pub(super) fn finish(mut self, mut errors: BTreeMap<usize, String>) -> Outcome {
         let input = self.input;
         let mut claims = Vec::new();
-        let mut price_cache: HashMap<(usize, Requirement, Requirement), Vec<f64>> = HashMap::new();
+        let mut price_cache: HashMap<(usize, OfferingFilter), Vec<f64>> = HashMap::new();
         for c in 0..self.claims.len() {
             let claim = self.claims[c].clone();
             let pool = &self.pools[claim.pool];
@@ -115,11 +119,18 @@ impl Scheduler<'_> {
             if let Some(d) = daemon {
                 res::add(&mut requests, &d);
             }
-            // Cheapest compatible available offering first (OrderByPrice), then truncate.
-            let zr = reqs.get(labels::ZONE);
-            let cr = reqs.get(labels::CAPACITY_TYPE);
+            // FinalizeScheduling: a claim holding reservations launches into one of them.
+            if !claim.reserved.is_empty() {
+                reqs.set(labels::CAPACITY_TYPE, Requirement::single("reserved"));
+                reqs.add(
+                    labels::RESERVATION_ID,
+                    Requirement::in_values(claim.reserved.iter().map(|id| id.to_string())),
+                );
+            }
+            // Cheapest compatible launchable offering first (OrderByPrice), then truncate.
+            let filter = OfferingFilter::new(&reqs);
             let prices = price_cache
-                .entry((claim.pool, zr.clone(), cr.clone()))
+                .entry((claim.pool, filter.clone()))
                 .or_insert_with(|| {
                     pool.types
                         .iter()
@@ -127,11 +138,7 @@ impl Scheduler<'_> {
                             input.catalog.types()[t.cat]
                                 .offerings
                                 .iter()
-                                .filter(|o| {
-                                    o.available
-                                        && zr.has(&o.zone)
-                                        && cr.has(o.capacity_type.as_str())
-                                })
+                                .filter(|o| o.launchable() && filter.allows(o))
                                 .map(|o| o.price)
                                 .fold(f64::MAX, f64::min)
                         })

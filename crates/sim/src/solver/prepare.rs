@@ -126,6 +126,7 @@ fn prepare_pool(
     template.add(labels::NODECLASS, Requirement::single(&pool.node_class));
     template.add(labels::REGISTERED, Requirement::single("true"));
     template.add(labels::INITIALIZED, Requirement::single("true"));
+    let template_offers = crate::offerings::OfferingFilter::new(&template);
     let mut group_keys: Vec<Vec<usize>> = Vec::new();
     let mut types = Vec::new();
     for (ci, it) in input.catalog.types().iter().enumerate() {
@@ -134,13 +135,10 @@ fn prepare_pool(
         if treqs.intersects(&template).is_err() {
             continue;
         }
-        let offered = it.offerings.iter().any(|o| {
-            o.available
-                && template.get(labels::ZONE).has(&o.zone)
-                && template
-                    .get(labels::CAPACITY_TYPE)
-                    .has(o.capacity_type.as_str())
-        });
+        let offered = it
+            .offerings
+            .iter()
+            .any(|o| o.available && template_offers.allows(o));
         let alloc = index.from_catalog(&it.allocatable(&pool.kubelet));
         let alloc_ok = alloc.iter().all(|v| *v >= 0);
         if !offered || !alloc_ok {
@@ -355,6 +353,7 @@ impl<'a> Scheduler<'a> {
             placements: vec![None; input.pods.len()],
             no_pools: input.pools.is_empty(),
             topo_keys: keys.iter().filter(|k| *k != HOSTNAME).cloned().collect(),
+            reservations: crate::offerings::Reservations::new(&input.catalog),
         };
         s.add_existing_nodes(&bound, &mut topology, &ds_requests);
 

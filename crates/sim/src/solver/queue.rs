@@ -73,6 +73,10 @@ impl Scheduler<'_> {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
+            // Relaxing would not help: the reservation may free up, in this loop or the next.
+            if err.reserved {
+                return Err(err);
+            }
             let Some(step) = relax(pod.to_mut(), self.tolerate_prefer_no_schedule) else {
                 return Err(err);
             };
@@ -171,7 +175,16 @@ impl Scheduler<'_> {
                     continue;
                 }
             }
-            let r = self.claim_can_add(c, pid, pod, true);
+            // An in-flight claim that cannot hold its reservations with this pod refuses it,
+            // silently (upstream drops in-flight errors).
+            let r = self
+                .claim_can_add(c, pid, pod, true)
+                .and_then(
+                    |(reqs, types)| match self.offerings_to_reserve(c, &reqs, &types) {
+                        Ok(reserve) => Ok((reqs, types, reserve)),
+                        Err(reason) => Err(traced.then_some(reason)),
+                    },
+                );
             if traced {
                 let target = format!(
                     "in-flight NodeClaim {} (nodepool {}, {count} pods)",
@@ -189,8 +202,8 @@ impl Scheduler<'_> {
             }
         }
         self.order = order;
-        if let Some((c, (reqs, types))) = chosen {
-            self.claim_add(c, pid, pod, reqs, types);
+        if let Some((c, (reqs, types, reserve))) = chosen {
+            self.claim_add(c, pid, pod, reqs, types, reserve);
             return Ok(());
         }
         if self.pools.is_empty() {
@@ -199,6 +212,7 @@ impl Scheduler<'_> {
             ));
         }
         let mut errs = Vec::new();
+        let mut reserved = false;
         for p in 0..self.pools.len() {
             let name = self.pools[p].name.clone();
             let target = format!("new NodeClaim from nodepool {name}");
@@ -207,15 +221,21 @@ impl Scheduler<'_> {
                     self.note(pid, target, Ok(()));
                     return Ok(());
                 }
-                Err(reason) => {
-                    self.note(pid, target, Err(reason.clone()));
-                    errs.push((name, reason));
+                Err(refused) => {
+                    self.note(pid, target, Err(refused.reason.clone()));
+                    errs.push((name, refused.reason));
+                    // A pod a reservation could take tries no NodePool of lower weight.
+                    if refused.reserved {
+                        reserved = true;
+                        break;
+                    }
                 }
             }
         }
         Err(PodError {
             general: None,
             pools: errs,
+            reserved,
         })
     }
 }

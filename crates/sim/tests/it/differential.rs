@@ -418,6 +418,33 @@ fn fresh_sample() {
     compare(&dir.join("scenarios"), &dir.join("expected"), Mode::Fresh);
 }
 
+/// Solves of a fresh scenario when the recorded ones all agreed and kk-sim differs.
+const RESOLVE_RUNS: &str = "400";
+
+/// The oracle's result for `scenario` from [`RESOLVE_RUNS`] more solves (every distinct outcome
+/// kept), or `None` when the oracle cannot be built or run here.
+fn resolve_again(scenario: &Path) -> Option<Value> {
+    let build = root().join("testbed/karpenter-oracle/build");
+    let out = std::process::Command::new(build).output().ok()?;
+    let bin = String::from_utf8(out.stdout).ok()?;
+    let out = std::process::Command::new(bin.trim())
+        .args([
+            "run",
+            "--stable",
+            "--runs",
+            RESOLVE_RUNS,
+            "--max-variants",
+            RESOLVE_RUNS,
+        ])
+        .arg(scenario)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 fn compare(dir: &Path, exp: &Path, mode: Mode) {
     let root = root();
     let doc = std::fs::read_to_string(root.join("docs/fidelity.md")).expect("docs/fidelity.md");
@@ -487,8 +514,35 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
         };
         let (got_strict, strict) = norm(false);
         let strict_match = strict.iter().position(|o| *o == got_strict);
-        let (got, outcomes) = norm(true);
-        let matched = strict_match.or_else(|| outcomes.iter().position(|o| *o == got));
+        let (got, mut outcomes) = norm(true);
+        let mut matched = strict_match.or_else(|| outcomes.iter().position(|o| *o == got));
+        let mut expected = expected;
+        // A fresh scenario every recorded solve agreed on may still be a Go map-order tie whose
+        // other branch is rare: solve it again, many more times, before calling it a kk-sim bug.
+        if matched.is_none()
+            && mode == Mode::Fresh
+            && expected["deterministic"] != Value::Bool(false)
+            && let Some(again) = resolve_again(path)
+        {
+            outcomes = std::iter::once(&again)
+                .chain(
+                    again
+                        .get("variants")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten(),
+                )
+                .map(|o| normalize(o, true))
+                .collect();
+            if let Some(i) = outcomes.iter().position(|o| *o == got) {
+                println!(
+                    "differential: {name}: every recorded solve agreed, but {} more solves found kk-sim's outcome (variant {i})",
+                    again["runs"]
+                );
+                matched = Some(i.max(1));
+            }
+            expected = again;
+        }
         if let Some(i) = matched {
             agree += 1;
             if strict_match.is_none() {
