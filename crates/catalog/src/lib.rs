@@ -289,6 +289,25 @@ impl Catalog {
         true
     }
 
+    /// One instance of reservation `id` is taken (a node launched into it): every offering of
+    /// it has one fewer left. Returns false when no offering has that reservation.
+    pub fn take_reserved_instance(&mut self, id: &str) -> bool {
+        let mut found = false;
+        for it in &mut self.types {
+            for r in it
+                .offerings
+                .iter_mut()
+                .filter_map(|o| o.reservation.as_mut())
+            {
+                if &*r.id == id {
+                    r.capacity = r.capacity.saturating_sub(1);
+                    found = true;
+                }
+            }
+        }
+        found
+    }
+
     /// GPU names (`instance-gpu-name` values) present, sorted.
     pub fn gpu_names(&self) -> BTreeSet<&str> {
         self.types

@@ -298,7 +298,11 @@ mod tests {
             "line 1: reserved offerings are priced as Karpenter prices them (on-demand ÷ 10⁷), not from a price table"
         );
         let e = PriceTable::parse_csv("m6i.large,us-east-1a,dedicated,1").unwrap_err();
-        assert!(e.to_string().starts_with("line 1: unknown capacity type \"dedicated\""), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 1: unknown capacity type \"dedicated\""),
+            "{e}"
+        );
         let e = PriceTable::parse_csv("a,b,spot,1\na,b,spot,2").unwrap_err();
         assert!(e.to_string().starts_with("line 2: "), "{e}");
         assert!(PriceTable::parse_csv("a,b,spot,-1").is_err());

@@ -49,6 +49,16 @@ pub struct PlanArgs {
     /// Spot price as a fraction of on-demand (default 0.4).
     #[arg(long, value_name = "FRACTION")]
     spot_fraction: Option<f64>,
+    /// Capacity reservations: the output of `aws ec2 describe-capacity-reservations` (JSON or
+    /// YAML; - for standard input). Each active one is a `reserved` offering (on-demand ÷ 10⁷
+    /// $/h) of its type and zone, offered to every NodePool that allows `reserved`, so pass
+    /// the ones your node classes select. Repeatable.
+    #[arg(
+        long = "capacity-reservations",
+        value_name = "FILE",
+        conflicts_with = "disrupt"
+    )]
+    capacity_reservations: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json", "yaml"])]
     output: String,
@@ -136,10 +146,15 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     for p in &args.nodes {
         node_files.extend(read_inputs(p)?.into_iter().map(as_source));
     }
+    let mut reservation_files = Vec::new();
+    for p in &args.capacity_reservations {
+        reservation_files.extend(read_inputs(p)?.into_iter().map(as_source));
+    }
     let opts = LoadOptions {
         scale: args.scale.clone(),
         zones: args.zones.clone(),
         spot_fraction: args.spot_fraction,
+        reservations: reservation_files,
         options: kk_sim::Options {
             ignore_preferences: args.ignore_preferences,
             ..kk_sim::Options::default()

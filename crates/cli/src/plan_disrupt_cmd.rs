@@ -42,6 +42,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         scale: Vec::new(),
         zones: args.zones.clone(),
         spot_fraction: args.spot_fraction,
+        reservations: Vec::new(),
         options: kk_sim::Options {
             ignore_preferences: args.ignore_preferences,
             ..kk_sim::Options::default()

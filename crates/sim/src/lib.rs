@@ -25,7 +25,8 @@
 //! Module map: [`req`] is the requirement algebra; [`topology`] the spread/affinity groups;
 //! [`solver`] the queue, existing nodes, in-flight and new NodeClaims, limits and relaxation;
 //! [`offerings`] which offerings a claim allows and the capacity reservations it holds;
-//! [`plan`] the launch choice and the output; [`input`] reads manifests; [`disrupt`] the
+//! [`plan`] the launch choice and the output; [`next_loop`] Karpenter's next loop for pods that
+//! waited for a reservation; [`input`] reads manifests; [`disrupt`] the
 //! disruption controller (its clock, state, methods and report); [`scenario`] the oracle's
 //! formats (docs/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
 
@@ -38,6 +39,7 @@ pub mod disrupt;
 pub mod fleet;
 pub mod input;
 pub mod model;
+pub mod next_loop;
 pub mod offerings;
 pub mod plan;
 pub mod res;

@@ -23,6 +23,10 @@ pub struct PlannedClaim {
     pub price_per_hour: f64,
     /// Pod requests plus DaemonSet overhead, as quantities.
     pub requests: BTreeMap<String, String>,
+    /// Opened by Karpenter's next loop, for pods that waited for a capacity reservation
+    /// ([`crate::next_loop`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub next_loop: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -106,6 +110,7 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
                 .iter()
                 .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
                 .collect(),
+            next_loop: false,
         });
     }
     let existing_nodes: Vec<ExistingUse> = outcome
@@ -143,9 +148,40 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
 }
 
 /// Runs the simulation.
+/// Pods that wait for a capacity reservation another NodeClaim of the same loop holds are
+/// placed by Karpenter's next loop, simulated too ([`crate::next_loop`]).
 pub fn solve(input: &Input) -> Plan {
     let outcome = Scheduler::new(input, None).solve();
-    build(input, &outcome)
+    let mut plan = build(input, &outcome);
+    if !outcome.waiting.is_empty() {
+        let next = crate::next_loop::next_input(input, &outcome, &plan);
+        let second = Scheduler::new(&next, None).solve();
+        let second_plan = build(&next, &second);
+        crate::next_loop::merge(&mut plan, &next, &second, second_plan);
+        plan.warnings.push(format!(
+            "{} pod(s) waited for a capacity reservation another NodeClaim of the same loop holds; NodeClaims marked \"next loop\" are where Karpenter's next loop, seconds later, puts them",
+            outcome.waiting.len()
+        ));
+    }
+    plan
+}
+
+impl Plan {
+    /// Totals from the claims, existing nodes and Pending pods.
+    pub(crate) fn recount(&mut self) {
+        let placed = self.node_claims.iter().map(|c| c.pods.len()).sum::<usize>()
+            + self
+                .existing_nodes
+                .iter()
+                .map(|e| e.pods.len())
+                .sum::<usize>();
+        self.totals = Totals {
+            nodes: self.node_claims.len(),
+            pods_placed: placed,
+            pods_pending: self.pending.len(),
+            price_per_hour: round(self.node_claims.iter().map(|c| c.price_per_hour).sum()),
+        };
+    }
 }
 
 /// The raw outcome (indices into the input), for tests and tools.
@@ -329,7 +365,11 @@ impl Plan {
         for (i, c) in self.node_claims.iter().enumerate() {
             rows.push(vec![
                 (i + 1).to_string(),
-                c.node_pool.clone(),
+                if c.next_loop {
+                    format!("{} (next loop)", c.node_pool)
+                } else {
+                    c.node_pool.clone()
+                },
                 c.instance_type.clone(),
                 c.instance_type_options.len().to_string(),
                 c.capacity_type.clone(),

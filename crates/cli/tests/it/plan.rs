@@ -332,3 +332,102 @@ fn disrupt_change_files_must_hold_their_kind() {
     assert_eq!(code, 2);
     assert!(err.contains("not an ElasticCluster spec"), "{err}");
 }
+
+/// The seed's LLM-training row: init's example spec, three 8-GPU workers, a capacity block of
+/// two p5.48xlarge. Two land on the block; the third waits (the block's instances are held by
+/// the first two claims of the loop) and Karpenter's next loop falls back to on-demand.
+#[test]
+fn training_uses_the_capacity_block_first_then_falls_back_to_on_demand() {
+    let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../spec/src/example.yaml")
+        .display()
+        .to_string();
+    let work = fixture("training-jobs.yaml");
+    let reservations = fixture("capacity-reservations.json");
+    let args = [
+        "-f",
+        spec.as_str(),
+        "-w",
+        &work,
+        "--capacity-reservations",
+        &reservations,
+    ];
+    let (code, out, err) = plan(&[&args[..], &["-o", "json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let claims = v["nodeClaims"].as_array().unwrap();
+    let summary: Vec<(String, String, bool)> = claims
+        .iter()
+        .map(|c| {
+            (
+                c["nodePool"].as_str().unwrap().to_owned(),
+                c["capacityType"].as_str().unwrap().to_owned(),
+                c["nextLoop"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect();
+    let reserved = ("training-llm".to_owned(), "reserved".to_owned(), false);
+    assert_eq!(
+        summary,
+        vec![
+            reserved.clone(),
+            reserved,
+            ("training-llm".into(), "on-demand".into(), true)
+        ],
+        "{out}"
+    );
+    // Reserved at on-demand ÷ 10⁷; the fallback at the list price.
+    let od = claims[2]["pricePerHour"].as_f64().unwrap();
+    assert!(od > 50.0, "{out}");
+    assert!(
+        claims[0]["pricePerHour"].as_f64().unwrap() < od / 1e6,
+        "{out}"
+    );
+    assert_eq!(claims[0]["zone"], "us-east-1a");
+    assert_eq!(v["totals"]["podsPending"], 0);
+
+    let (code, out, _) = plan(&args);
+    assert_eq!(code, 0);
+    assert!(out.contains("training-llm (next loop)"), "{out}");
+    assert!(out.contains("waited for a capacity reservation"), "{out}");
+
+    // Without the reservations the pool launches on-demand at once: no reserved offering.
+    let (code, out, _) = plan(&["-f", &spec, "-w", &work, "-o", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["nodeClaims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["capacityType"] == "on-demand" && c.get("nextLoop").is_none()),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_reservations_file_is_one_located_error() {
+    let dir = std::env::temp_dir().join(format!("kk-plan-cr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("cr.yaml");
+    std::fs::write(
+        &bad,
+        "CapacityReservations:\n  - CapacityReservationId: cr-1\n    InstanceType: p5.48xlarge\n    AvailabilityZone: us-east-1a\n    AvailableInstanceCount: many\n",
+    )
+    .unwrap();
+    let (code, _, err) = plan(&[
+        "-f",
+        &fixture("pools.yaml"),
+        "-w",
+        &fixture("gpu-2.yaml"),
+        "--capacity-reservations",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cr.yaml:5:"), "{err}");
+    assert!(
+        err.contains("CapacityReservations[0].AvailableInstanceCount"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

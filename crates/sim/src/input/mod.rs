@@ -4,7 +4,8 @@
 //!
 //! `read.rs` holds what every reader shares (located errors, quantities, taints, selectors);
 //! `pools.rs` NodePools and EC2NodeClasses; `workloads.rs` workloads, `--scale` and the
-//! expansion into pods; `pods.rs` a pod spec; `nodes.rs` existing Nodes.
+//! expansion into pods; `pods.rs` a pod spec; `nodes.rs` existing Nodes; `reservations.rs`
+//! capacity reservations (`describe-capacity-reservations` output).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ mod nodes;
 mod pods;
 mod pools;
 mod read;
+mod reservations;
 mod workloads;
 
 use read::{Ctx, join, kind_of, objects, parse_documents, stringify_quantities};
@@ -55,6 +57,9 @@ pub struct LoadOptions {
     pub zones: Vec<String>,
     /// Spot price as a fraction of on-demand.
     pub spot_fraction: Option<f64>,
+    /// `aws ec2 describe-capacity-reservations` outputs: their active reservations become
+    /// `reserved` offerings, offered to every NodePool that allows `reserved`.
+    pub reservations: Vec<SourceFile>,
     pub options: Options,
 }
 
@@ -90,10 +95,17 @@ pub fn load_with_catalog(
     workload_files: &[SourceFile],
     node_files: &[SourceFile],
     opts: &LoadOptions,
-    catalog: Catalog,
+    mut catalog: Catalog,
 ) -> Result<Input, Vec<InputError>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
+    for file in &opts.reservations {
+        warnings.extend(reservations::add_reservations(
+            file,
+            &mut catalog,
+            &mut errors,
+        ));
+    }
     let mut pools: Vec<(Pool, String, String, Pos)> = Vec::new();
     let mut classes: BTreeMap<String, KubeletOverrides> = BTreeMap::new();
     let mut workloads: Vec<Workload> = Vec::new();

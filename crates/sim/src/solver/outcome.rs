@@ -87,6 +87,9 @@ pub struct Outcome {
     pub existing: Vec<(usize, Vec<usize>)>,
     /// Pod index → why it stays Pending.
     pub errors: BTreeMap<usize, String>,
+    /// Pending pods that only wait for a capacity reservation another NodeClaim of this loop
+    /// holds (a reserved-offering error): the next loop places them.
+    pub waiting: BTreeSet<usize>,
     pub warnings: Vec<String>,
     pub trace: Option<Trace>,
     pub placements: Vec<Option<Placement>>,
@@ -95,7 +98,11 @@ pub struct Outcome {
 impl Scheduler<'_> {
     /// The loop's result: each claim's types by price, cut to `max_instance_types`, and its
     /// pods Pending instead when the cut leaves a `minValues` short.
-    pub(super) fn finish(mut self, mut errors: BTreeMap<usize, String>) -> Outcome {
+    pub(super) fn finish(
+        mut self,
+        mut errors: BTreeMap<usize, String>,
+        waiting: BTreeSet<usize>,
+    ) -> Outcome {
         let input = self.input;
         let mut claims = Vec::new();
         let mut price_cache: HashMap<(usize, OfferingFilter), Vec<f64>> = HashMap::new();
@@ -200,6 +207,7 @@ impl Scheduler<'_> {
             claims,
             existing,
             errors,
+            waiting,
             warnings: self.warnings,
             trace,
             placements: self.placements,

@@ -3,7 +3,7 @@
 //! preferences when nothing takes it.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use super::outcome::{Attempt, Outcome, Placement, PodError};
 use super::relax::relax;
@@ -15,6 +15,7 @@ impl Scheduler<'_> {
     pub(crate) fn solve(mut self) -> Outcome {
         let input = self.input;
         let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+        let mut waiting: BTreeSet<usize> = BTreeSet::new();
         let mut queue_pods: Vec<usize> = Vec::new();
         for (i, p) in input.pods.iter().enumerate() {
             match &p.invalid {
@@ -51,8 +52,14 @@ impl Scheduler<'_> {
             match self.try_schedule(pid) {
                 Ok(()) => {
                     errors.remove(&pid);
+                    waiting.remove(&pid);
                 }
                 Err(e) => {
+                    if e.reserved {
+                        waiting.insert(pid);
+                    } else {
+                        waiting.remove(&pid);
+                    }
                     errors.insert(pid, e.text());
                     let original = &input.pods[pid];
                     self.topology.update(pid, original);
@@ -62,7 +69,7 @@ impl Scheduler<'_> {
                 }
             }
         }
-        self.finish(errors)
+        self.finish(errors, waiting)
     }
 
     fn try_schedule(&mut self, pid: usize) -> Result<(), PodError> {
