@@ -50,7 +50,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FRACTION")]
     spot_fraction: Option<f64>,
     /// Capacity reservations: the output of `aws ec2 describe-capacity-reservations` (JSON or
-    /// YAML; - for standard input). Each active one is a `reserved` offering (on-demand ÷ 10⁷
+    /// YAML; - for standard input). Each active one is a `reserved` offering (on-demand / 10^7
     /// $/h) of its type and zone, offered to every NodePool that allows `reserved`, so pass
     /// the ones your node classes select. Repeatable.
     #[arg(
