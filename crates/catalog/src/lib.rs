@@ -212,6 +212,13 @@ impl Catalog {
             .map(|i| &self.types[i])
     }
 
+    fn get_mut(&mut self, name: &str) -> Option<&mut InstanceType> {
+        self.types
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &mut self.types[i])
+    }
+
     /// The types `filter` accepts, by name.
     pub fn filter<'a>(&'a self, filter: &'a Filter) -> impl Iterator<Item = &'a InstanceType> {
         self.types.iter().filter(move |t| filter.matches(t))
@@ -239,13 +246,10 @@ impl Catalog {
         capacity_type: CapacityType,
         available: bool,
     ) -> bool {
-        let Ok(i) = self
-            .types
-            .binary_search_by(|t| t.name.as_str().cmp(instance_type))
-        else {
+        let Some(it) = self.get_mut(instance_type) else {
             return false;
         };
-        match self.types[i]
+        match it
             .offerings
             .iter_mut()
             .find(|o| &*o.zone == zone && o.capacity_type == capacity_type)
@@ -270,13 +274,9 @@ impl Catalog {
         price: Option<f64>,
         available: bool,
     ) -> bool {
-        let Ok(i) = self
-            .types
-            .binary_search_by(|t| t.name.as_str().cmp(instance_type))
-        else {
+        let Some(it) = self.get_mut(instance_type) else {
             return false;
         };
-        let it = &mut self.types[i];
         let price =
             price.unwrap_or_else(|| it.on_demand_price.unwrap_or(0.0) / RESERVED_PRICE_DIVISOR);
         it.offerings.push(Offering {
