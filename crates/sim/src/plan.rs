@@ -243,29 +243,33 @@ pub fn explain(input: &Input, pod: &str) -> Result<Explanation, UnknownPod> {
     let outcome = Scheduler::new(input, Some(pid)).solve();
     let plan = build(input, &outcome);
     let trace = outcome.trace.clone().unwrap_or_default();
+    let key = input.pods[pid].key();
+    // The claim of `plan` holding the pod, as the result reads it.
+    let claim_of = |plan: &Plan, loop_note: &str| match plan
+        .node_claims
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.pods.contains(&key))
+    {
+        Some((i, c)) => format!(
+            "NodeClaim #{}{loop_note} (nodepool {}, {} {} in {}, {} options)",
+            i + 1,
+            c.node_pool,
+            c.instance_type,
+            c.capacity_type,
+            c.zone,
+            c.instance_type_options.len()
+        ),
+        None => "Pending".into(),
+    };
     let result = match outcome.placements[pid] {
         Some(Placement::Existing(e)) => {
             format!("existing node {}", input.nodes[outcome.existing[e].0].name)
         }
-        Some(Placement::Claim(_)) => {
-            let key = input.pods[pid].key();
-            match plan
-                .node_claims
-                .iter()
-                .enumerate()
-                .find(|(_, c)| c.pods.contains(&key))
-            {
-                Some((i, c)) => format!(
-                    "NodeClaim #{} (nodepool {}, {} {} in {}, {} options)",
-                    i + 1,
-                    c.node_pool,
-                    c.instance_type,
-                    c.capacity_type,
-                    c.zone,
-                    c.instance_type_options.len()
-                ),
-                None => "Pending".into(),
-            }
+        Some(Placement::Claim(_)) => claim_of(&plan, ""),
+        // The reason below is the first loop's; the next loop places it.
+        None if outcome.waiting.contains(&pid) => {
+            claim_of(&solve(input), " in Karpenter's next loop")
         }
         None => "Pending".into(),
     };

@@ -391,6 +391,18 @@ fn training_uses_the_capacity_block_first_then_falls_back_to_on_demand() {
     assert!(out.contains("training-llm (next loop)"), "{out}");
     assert!(out.contains("waited for a capacity reservation"), "{out}");
 
+    // --explain on the waiting worker: why it waited, and where the next loop puts it.
+    let waiting = claims[2]["pods"][0].as_str().unwrap();
+    let (code, out, err) = plan(&[&args[..], &["--explain", waiting]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(
+            "NodeClaim #3 in Karpenter's next loop (nodepool training-llm, p5.48xlarge on-demand"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("could not be reserved"), "{out}");
+
     // Without the reservations the pool launches on-demand at once: no reserved offering.
     let (code, out, _) = plan(&["-f", &spec, "-w", &work, "-o", "json"]);
     assert_eq!(code, 0);
