@@ -313,6 +313,13 @@ def install_capacity_reservations() -> None:
         start = int(self._get_param("NextToken") or 0)
         size = int(self._get_param("MaxResults") or 1000)
         page = found[start:start + size]
+        # One line per call in moto's log: which reservations Karpenter saw with how many slots.
+        print(
+            "moto_seeded: DescribeCapacityReservations ids=%s filters=%s -> %s"
+            % (ids, filters, [(r.capacity_reservation_id, r.available_instance_count) for r in page]),
+            file=sys.stderr,
+            flush=True,
+        )
         result: dict = {"CapacityReservations": page}
         if start + size < len(found):
             result["NextToken"] = str(start + size)
@@ -379,6 +386,8 @@ def install_capacity_reservations() -> None:
             if why:
                 refused.append((spec, why))
         if refused:
+            for spec, (code, _) in refused:
+                print(f"moto_seeded: CreateFleet refused {spec.instance_type}: {code}", file=sys.stderr, flush=True)
             self.kk_errors = getattr(self, "kk_errors", []) + refused
             return None
         before = len(self.on_demand_instances)
