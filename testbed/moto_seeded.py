@@ -214,7 +214,10 @@ class CapacityReservation:
         self.state = "active"
         now = datetime.datetime.now(datetime.timezone.utc)
         self.create_date = self.start_date = now
-        self.end_date = params.get("EndDate")
+        end = params.get("EndDate")
+        if isinstance(end, str):  # the query string's ISO 8601 form
+            end = datetime.datetime.fromisoformat(end.replace("Z", "+00:00"))
+        self.end_date = end
         self.end_date_type = params.get("EndDateType", "unlimited")
         self.instance_match_criteria = params.get("InstanceMatchCriteria", "open")
         self.reservation_type = "default"
