@@ -145,8 +145,20 @@ def install_karpenter_patches(prices: dict[str, float]) -> None:
             group_ids = list(data.get("SecurityGroupIds") or [])
             for nic in data.get("NetworkInterfaces") or []:
                 group_ids += [g if isinstance(g, str) else g.get("GroupId") for g in nic.get("Groups") or []]
+            # One group once, however many interfaces name it (an EFA launch repeats them).
+            group_ids = list(dict.fromkeys(group_ids))
             if group_ids:
                 instance.security_groups = [ec2_backend.get_security_group_from_id(g) for g in group_ids]
+            # Gap 1b: the template's network interfaces are not created as asked. Karpenter
+            # asks for EFA interfaces (InterfaceType efa, one per network card) when a pod
+            # requests vpc.amazonaws.com/efa, and reads them back from DescribeInstances (its
+            # EFA count); EC2 attaches them. moto gives every instance one plain interface:
+            # the primary one takes the type asked for card 0. Interfaces on further network
+            # cards (p5: 32) are not emulated; the lab's EFA test uses a one-card type.
+            for nic in data.get("NetworkInterfaces") or []:
+                if int(nic.get("NetworkCardIndex") or 0) == 0 and int(nic.get("DeviceIndex") or 0) == 0:
+                    if nic.get("InterfaceType") and 0 in instance.nics:
+                        instance.nics[0].interface_type = nic["InterfaceType"]
             profile = data.get("IamInstanceProfile") or {}
             if profile and not ec2_backend.iam_instance_profile_associations.get(instance.id):
                 ec2_backend.associate_iam_instance_profile(
@@ -175,6 +187,264 @@ def install_karpenter_patches(prices: dict[str, float]) -> None:
         return spot_instances.ActionResult({"SpotPriceHistory": history})
 
     spot_instances.SpotInstances.describe_spot_price_history = describe_spot_price_history
+
+
+class CapacityReservation:
+    """One On-Demand Capacity Reservation, as DescribeCapacityReservations reports it."""
+
+    def __init__(self, backend, params: dict, tags: dict[str, str]):
+        self.backend = backend
+        self.capacity_reservation_id = "cr-" + hashlib.sha256(os.urandom(16)).hexdigest()[:17]
+        self.owner_id = backend.account_id
+        self.capacity_reservation_arn = (
+            f"arn:aws:ec2:{backend.region_name}:{backend.account_id}:capacity-reservation/"
+            f"{self.capacity_reservation_id}"
+        )
+        self.instance_type = params["InstanceType"]
+        self.instance_platform = params.get("InstancePlatform", "Linux/UNIX")
+        self.availability_zone = params["AvailabilityZone"]
+        self.availability_zone_id = next(
+            (z.zone_id for z in backend.describe_availability_zones() if z.name == self.availability_zone),
+            None,
+        )
+        self.tenancy = params.get("Tenancy", "default")
+        self.total_instance_count = int(params["InstanceCount"])
+        self.ebs_optimized = bool(params.get("EbsOptimized", False))
+        self.ephemeral_storage = False
+        self.state = "active"
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.create_date = self.start_date = now
+        end = params.get("EndDate")
+        if isinstance(end, str):  # the query string's ISO 8601 form
+            end = datetime.datetime.fromisoformat(end.replace("Z", "+00:00"))
+        self.end_date = end
+        self.end_date_type = params.get("EndDateType", "unlimited")
+        self.instance_match_criteria = params.get("InstanceMatchCriteria", "open")
+        self.reservation_type = "default"
+        self.interruptible = False
+        self.tags = [{"Key": k, "Value": v} for k, v in tags.items()]
+        self.instances: set[str] = set()  # the instances running in it
+
+    @property
+    def available_instance_count(self) -> int:
+        return self.total_instance_count - len(self.instances)
+
+    def matches(self, filters: dict[str, list[str]]) -> bool:
+        tags = {t["Key"]: t["Value"] for t in self.tags}
+        for name, values in filters.items():
+            if name.startswith("tag:"):
+                have = tags.get(name[4:])
+            elif name == "tag-key":
+                if not any(k in tags for k in values):
+                    return False
+                continue
+            else:
+                field = {
+                    "state": "state",
+                    "owner-id": "owner_id",
+                    "instance-match-criteria": "instance_match_criteria",
+                    "instance-type": "instance_type",
+                    "availability-zone": "availability_zone",
+                    "tenancy": "tenancy",
+                    "instance-platform": "instance_platform",
+                }.get(name)
+                if field is None:
+                    from moto.ec2.exceptions import EC2ClientError
+
+                    raise EC2ClientError("InvalidParameterValue", f"The filter '{name}' is invalid")
+                have = getattr(self, field)
+            if have not in values:
+                return False
+        return True
+
+
+def reservations_of(backend) -> dict[str, CapacityReservation]:
+    """The capacity reservations of one account and region (moto keeps none)."""
+    if not hasattr(backend, "_kk_capacity_reservations"):
+        backend._kk_capacity_reservations = {}
+    return backend._kk_capacity_reservations
+
+
+def install_capacity_reservations() -> None:
+    """Capacity reservations, which moto 5.2.1 lacks entirely, as far as the Karpenter
+    controller uses them: a test makes one (CreateCapacityReservation), Karpenter lists it
+    (DescribeCapacityReservations with the filters its selector terms become), launches into
+    it through CreateFleet with a launch template targeting it, and reads the instance back
+    (DescribeInstances: CapacityReservationId and the template's preference).
+    Not emulated: capacity blocks (PurchaseCapacityBlock; market type capacity-block and
+    instance lifecycle capacity-block), interruptible reservations, open reservations taking
+    untargeted launches, expiry at EndDate, and RunInstances into a reservation."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models import fleets, instances
+    from moto.ec2.responses import EC2Response
+    from moto.ec2.responses import fleets as fleet_responses
+
+    # Gap 3: no CreateCapacityReservation. EC2 creates an active reservation holding
+    # InstanceCount slots of one type in one zone; this one does the same, tags included.
+    def create_capacity_reservation(self):
+        self.error_on_dryrun()
+        params = {
+            k: self._get_param(k)
+            for k in ("InstanceType", "InstancePlatform", "AvailabilityZone", "Tenancy", "InstanceCount",
+                      "EbsOptimized", "EndDate", "EndDateType", "InstanceMatchCriteria")
+            if self._get_param(k) is not None
+        }
+        for required in ("InstanceType", "AvailabilityZone", "InstanceCount"):
+            if required not in params:
+                raise EC2ClientError("MissingParameter", f"The request must contain the parameter {required}")
+        tags = self._parse_tag_specification().get("capacity-reservation", {})
+        reservation = CapacityReservation(self.ec2_backend, params, tags)
+        reservations_of(self.ec2_backend)[reservation.capacity_reservation_id] = reservation
+        return ActionResult({"CapacityReservation": reservation})
+
+    # Gap 4: no DescribeCapacityReservations. EC2 answers the ids asked for (an unknown one is
+    # InvalidCapacityReservationId.NotFound, which Karpenter takes as "gone"), filtered by
+    # state, owner-id, tag:<key>, tag-key and instance-match-criteria (what Karpenter's selector
+    # terms become), in pages of MaxResults.
+    def describe_capacity_reservations(self):
+        known = reservations_of(self.ec2_backend)
+        ids = self._get_param("CapacityReservationIds", [])
+        for rid in ids:
+            if rid not in known:
+                raise EC2ClientError(
+                    "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
+                )
+        found = [known[r] for r in ids] if ids else list(known.values())
+        filters = self._filters_from_querystring()
+        found = [r for r in found if r.matches(filters)]
+        start = int(self._get_param("NextToken") or 0)
+        size = int(self._get_param("MaxResults") or 1000)
+        page = found[start:start + size]
+        # One line per call in moto's log: which reservations Karpenter saw with how many slots.
+        print(
+            "moto_seeded: DescribeCapacityReservations ids=%s filters=%s -> %s"
+            % (ids, filters, [(r.capacity_reservation_id, r.available_instance_count) for r in page]),
+            file=sys.stderr,
+            flush=True,
+        )
+        result: dict = {"CapacityReservations": page}
+        if start + size < len(found):
+            result["NextToken"] = str(start + size)
+        return ActionResult(result)
+
+    # Gap 5: no CancelCapacityReservation (a test cleans up with it). EC2 moves the reservation
+    # to cancelled; instances already in it keep running as plain on-demand.
+    def cancel_capacity_reservation(self):
+        rid = self._get_param("CapacityReservationId")
+        reservation = reservations_of(self.ec2_backend).get(rid)
+        if reservation is None:
+            raise EC2ClientError(
+                "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
+            )
+        reservation.state = "cancelled"
+        return ActionResult({"Return": True})
+
+    EC2Response.create_capacity_reservation = create_capacity_reservation
+    EC2Response.describe_capacity_reservations = describe_capacity_reservations
+    EC2Response.cancel_capacity_reservation = cancel_capacity_reservation
+
+    def template_data(backend, spec) -> dict:
+        lt_spec = spec.launch_template_spec or {}
+        if "LaunchTemplateId" not in lt_spec:
+            return {}
+        template = backend.get_launch_template(lt_spec["LaunchTemplateId"])
+        return template.get_version(lt_spec.get("Version", template.default_version_number)).data
+
+    def refusal(backend, spec, data: dict) -> tuple[str, str] | None:
+        """Why EC2 would not launch `spec` into the reservation its template targets."""
+        target = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+        rid = target.get("CapacityReservationId")
+        if not rid:
+            return None
+        reservation = reservations_of(backend).get(rid)
+        if reservation is None:
+            return "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{rid}' does not exist"
+        if reservation.state != "active":
+            return "InvalidCapacityReservationState", f"Capacity reservation {rid} is {reservation.state}"
+        zone = backend.get_subnet(spec.subnet_id).availability_zone if spec.subnet_id else None
+        if spec.instance_type != reservation.instance_type or (zone and zone != reservation.availability_zone):
+            return (
+                "InvalidParameterValue",
+                f"Capacity reservation {rid} is for {reservation.instance_type} in "
+                f"{reservation.availability_zone}, not {spec.instance_type} in {zone}",
+            )
+        if reservation.available_instance_count < 1:
+            return "ReservationCapacityExceeded", f"Capacity reservation {rid} has no available capacity"
+        return None
+
+    # Gap 6: CreateFleet ignores the launch template's CapacityReservationSpecification. EC2
+    # launches a template targeting a reservation only into it (capacity-reservations-only):
+    # the instance carries the reservation's id, takes one of its slots, and when the
+    # reservation has none left (or is gone, or holds another type or zone) the instant fleet
+    # launches nothing and reports the error per override (ReservationCapacityExceeded for a
+    # full one), which Karpenter reads from the response's Errors.
+    original_on_demand = fleets.Fleet.create_on_demand_requests
+
+    def create_on_demand_requests(self, weight_to_add):
+        weight_map, _ = self.get_launch_spec_counts(weight_to_add)
+        refused = []
+        for spec in weight_map:
+            why = refusal(self.ec2_backend, spec, template_data(self.ec2_backend, spec))
+            if why:
+                refused.append((spec, why))
+        if refused:
+            for spec, (code, _) in refused:
+                print(f"moto_seeded: CreateFleet refused {spec.instance_type}: {code}", file=sys.stderr, flush=True)
+            self.kk_errors = getattr(self, "kk_errors", []) + refused
+            return None
+        before = len(self.on_demand_instances)
+        original_on_demand(self, weight_to_add)
+        for launched in self.on_demand_instances[before:]:
+            data = template_data(self.ec2_backend, launched["launch_spec"])
+            crs = data.get("CapacityReservationSpecification")
+            if not crs:
+                continue
+            instance = launched["instance"]
+            instance.capacity_reservation_specification = crs
+            rid = (crs.get("CapacityReservationTarget") or {}).get("CapacityReservationId")
+            if rid:
+                instance.capacity_reservation_id = rid
+                reservations_of(self.ec2_backend)[rid].instances.add(instance.id)
+        return None
+
+    fleets.Fleet.create_on_demand_requests = create_on_demand_requests
+
+    original_create_fleet = fleet_responses.Fleets.create_fleet
+
+    def create_fleet(self):
+        result = original_create_fleet(self)
+        fleet = self.ec2_backend.get_fleet(result.result["FleetId"])
+        errors = getattr(fleet, "kk_errors", [])
+        if errors:
+            result.result["Errors"] = [
+                {
+                    "LaunchTemplateAndOverrides": {
+                        "LaunchTemplateSpecification": spec.launch_template_spec,
+                        "Overrides": spec.overrides or {"InstanceType": spec.instance_type},
+                    },
+                    "Lifecycle": "on-demand",
+                    "ErrorCode": code,
+                    "ErrorMessage": message,
+                }
+                for spec, (code, message) in errors
+            ]
+        return result
+
+    fleet_responses.Fleets.create_fleet = create_fleet
+
+    # Gap 7: terminating an instance gives its slot back to the reservation, as on EC2.
+    original_terminate = instances.Instance.terminate
+
+    def terminate(self):
+        rid = getattr(self, "capacity_reservation_id", None)
+        if rid:
+            reservation = reservations_of(self.ec2_backend).get(rid)
+            if reservation is not None:
+                reservation.instances.discard(self.id)
+        return original_terminate(self)
+
+    instances.Instance.terminate = terminate
 
 
 def install_managed_policies() -> None:
@@ -254,6 +524,7 @@ def main() -> int:
     install_managed_policies()
     if args.ec2_data:
         install_karpenter_patches(on_demand_prices(args.ec2_data))
+        install_capacity_reservations()
     if args.faults:
         install_faults(args.faults)
     # Load eagerly for the default account in the two regions the tests use,

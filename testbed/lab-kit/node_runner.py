@@ -99,7 +99,13 @@ class Runner:
             f.write(user_data)
         os.chmod(os.path.join(node, "user-data"), 0o600)
         with open(os.path.join(node, "hardware.json"), "w", encoding="utf-8") as f:
-            json.dump(self.hardware(inst["InstanceType"]), f)
+            hw = dict(self.hardware(inst["InstanceType"]))
+            # EFA devices are what the launch attached (Karpenter asks for EFA interfaces only
+            # when a pod requests vpc.amazonaws.com/efa), not what the type could take.
+            hw["efa"] = sum(
+                1 for n in inst.get("NetworkInterfaces") or [] if n.get("InterfaceType") in ("efa", "efa-only")
+            )
+            json.dump(hw, f)
         if profile is None:
             log(f"{iid}: image {inst['ImageId']} is not a lab AMI; it never boots")
             self.booted[iid] = {"ns": None, "proc": None}

@@ -15,7 +15,12 @@
 //   - health on 127.0.0.1:10248, which `kubeadm join` waits for;
 //   - GPUs: NVML cannot run here, so a GPU instance advertises nvidia.com/gpu only while a
 //     device-plugin container (image k8s-device-plugin) runs on the node AND the fake
-//     containerd runs with nvidia as its default runtime, as the real plugin needs.
+//     containerd runs with nvidia as its default runtime, as the real plugin needs;
+//   - EFA: no EFA hardware (nor its kernel driver, /dev/infiniband) can exist here, so an
+//     instance launched with EFA interfaces (the node runner counts them from moto's
+//     DescribeInstances into hardware.json) advertises vpc.amazonaws.com/efa, one per
+//     interface, only while the AWS EFA device-plugin container (image
+//     aws-efa-k8s-device-plugin) runs on the node, as the real plugin registers them.
 package main
 
 import (
@@ -61,6 +66,8 @@ const (
 	hardwareFile   = "/etc/kk-lab/hardware.json"
 	devicePluginIm = "k8s-device-plugin"
 	gpuResource    = "nvidia.com/gpu"
+	efaPluginIm    = "aws-efa-k8s-device-plugin"
+	efaResource    = "vpc.amazonaws.com/efa"
 )
 
 func main() {
@@ -163,6 +170,7 @@ type hardware struct {
 	CPU          int    `json:"cpu"`
 	MemoryMiB    uint64 `json:"memoryMiB"`
 	GPUs         int    `json:"gpus"`
+	EFA          int    `json:"efa"`
 }
 
 // machine reports the instance type's cores and memory instead of cadvisor's fixed fake.
@@ -346,7 +354,10 @@ func runKubelet(args []string) error {
 	if hw.GPUs > 0 {
 		go advertiseGPUs(ctx, client, nodeName, hw.GPUs)
 	}
-	klog.Infof("hollow kubelet %s: %s, %d CPU, %d MiB, %d GPU, provider ID %q", nodeName, hw.InstanceType, hw.CPU, hw.MemoryMiB, hw.GPUs, c.ProviderID)
+	if hw.EFA > 0 {
+		go advertiseEFA(ctx, client, nodeName, hw.EFA)
+	}
+	klog.Infof("hollow kubelet %s: %s, %d CPU, %d MiB, %d GPU, %d EFA, provider ID %q", nodeName, hw.InstanceType, hw.CPU, hw.MemoryMiB, hw.GPUs, hw.EFA, c.ProviderID)
 	hk := kubemark.NewHollowKubelet(f, c, client, heartbeatClient, &machine{Fake: cadvisortest.Fake{NodeName: nodeName}, hw: hw},
 		imageService, runtimeService, cm.NewStubContainerManager())
 	hk.Run(ctx)
@@ -383,7 +394,7 @@ func advertiseGPUs(ctx context.Context, client clientset.Interface, nodeName str
 		if q, ok := node.Status.Capacity[gpuResource]; ok && q.Value() == int64(count) {
 			continue
 		}
-		if !devicePluginRunning(ctx, client, nodeName) {
+		if !pluginRunning(ctx, client, nodeName, devicePluginIm) {
 			continue
 		}
 		active, _ := os.ReadFile(runtimeState)
@@ -391,17 +402,53 @@ func advertiseGPUs(ctx context.Context, client clientset.Interface, nodeName str
 			klog.Warningf("device plugin running but containerd's default runtime is %q: no GPUs visible", strings.TrimSpace(string(active)))
 			continue
 		}
-		q := resource.NewQuantity(int64(count), resource.DecimalSI).String()
-		patch := fmt.Sprintf(`{"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`, gpuResource, q, gpuResource, q)
-		if _, err := client.CoreV1().Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
-			klog.Warningf("advertising %s: %v", gpuResource, err)
-			continue
-		}
-		klog.Infof("advertised %s=%s", gpuResource, q)
+		advertise(ctx, client, nodeName, gpuResource, count)
 	}
 }
 
-func devicePluginRunning(ctx context.Context, client clientset.Interface, nodeName string) bool {
+// advertiseEFA stands in for the EFA kernel driver plus the AWS EFA device plugin's
+// registration with the kubelet: once the plugin's container runs on this node, the node's
+// status gains vpc.amazonaws.com/efa, one per EFA interface the instance was launched with
+// (and keeps it). Without the plugin it never does, as on a real node.
+func advertiseEFA(ctx context.Context, client clientset.Interface, nodeName string, count int) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		if q, ok := node.Status.Capacity[efaResource]; ok && q.Value() == int64(count) {
+			continue
+		}
+		if !pluginRunning(ctx, client, nodeName, efaPluginIm) {
+			continue
+		}
+		advertise(ctx, client, nodeName, efaResource, count)
+	}
+}
+
+// advertise puts an extended resource into the node's capacity and allocatable, as the
+// kubelet does for a device plugin's devices.
+func advertise(ctx context.Context, client clientset.Interface, nodeName, name string, count int) {
+	q := resource.NewQuantity(int64(count), resource.DecimalSI).String()
+	patch := fmt.Sprintf(`{"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`, name, q, name, q)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		klog.Warningf("advertising %s: %v", name, err)
+		return
+	}
+	klog.Infof("advertised %s=%s", name, q)
+}
+
+// pluginRunning says whether a running pod on the node has a container of the image named
+// `image` (the last path element of its repository, whatever the registry or tag:
+// aws-efa-k8s-device-plugin is not k8s-device-plugin).
+func pluginRunning(ctx context.Context, client clientset.Interface, nodeName, image string) bool {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 	if err != nil {
 		return false
@@ -411,10 +458,18 @@ func devicePluginRunning(ctx context.Context, client clientset.Interface, nodeNa
 			continue
 		}
 		for _, c := range p.Spec.Containers {
-			if strings.Contains(c.Image, devicePluginIm) {
+			if imageName(c.Image) == image {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// imageName is an image reference's repository without registry and path, tag or digest.
+func imageName(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	name := ref[strings.LastIndex(ref, "/")+1:]
+	name, _, _ = strings.Cut(name, ":")
+	return name
 }

@@ -567,6 +567,10 @@ impl Lab {
             let _ = plugin
                 .delete("nvidia-device-plugin", &DeleteParams::default())
                 .await;
+            // Applied only by tests whose spec has an `efa: true` pool; no later apply removes it.
+            let _ = plugin
+                .delete("aws-efa-k8s-device-plugin", &DeleteParams::default())
+                .await;
             let _ = deployments
                 .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await;

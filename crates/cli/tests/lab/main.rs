@@ -10,5 +10,6 @@ mod lab_e2e;
 mod lab_iam;
 mod lab_interruption;
 mod lab_orphans;
+mod lab_reservations;
 mod lab_top;
 mod lab_verify;
