@@ -60,6 +60,16 @@ fn claim_for_node(lab: &Lab, node: &str) -> Option<DynamicObject> {
 /// container resources and, unless null, this affinity; in `default` (the lab's reset removes
 /// it).
 fn create_pod(lab: &Lab, name: &str, pool: &str, taint: &str, resources: Value, affinity: Value) {
+    let pod: Pod =
+        serde_json::from_value(pod_manifest(name, pool, taint, resources, affinity)).unwrap();
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
+    lab.rt
+        .block_on(pods.create(&PostParams::default(), &pod))
+        .unwrap();
+}
+
+/// The pod `create_pod` makes, as a manifest.
+fn pod_manifest(name: &str, pool: &str, taint: &str, resources: Value, affinity: Value) -> Value {
     let mut spec = json!({
         "terminationGracePeriodSeconds": 0,
         "nodeSelector": {"karpenter.sh/nodepool": pool},
@@ -69,16 +79,59 @@ fn create_pod(lab: &Lab, name: &str, pool: &str, taint: &str, resources: Value, 
     if !affinity.is_null() {
         spec["affinity"] = affinity;
     }
-    let pod: Pod = serde_json::from_value(json!({
+    json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": "train"}},
         "spec": spec,
-    }))
+    })
+}
+
+/// What `kubean-karpenter plan` predicts for `pods` on `spec` with reservation `id` as EC2
+/// lists it: (capacity type, opened by the next loop) per NodeClaim, in plan order.
+fn plan_prediction(
+    lab: &Lab,
+    spec: &std::path::Path,
+    id: &str,
+    pods: &[Value],
+) -> Vec<(String, bool)> {
+    let dir = std::env::temp_dir().join(format!("kk-lab-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let listed = lab.aws(&format!(
+        "print(json.dumps(ec2.describe_capacity_reservations(CapacityReservationIds=['{id}']), default=str))"
+    ));
+    let reservations = dir.join("capacity-reservations.json");
+    std::fs::write(&reservations, listed).unwrap();
+    let workloads = dir.join("pods.json");
+    std::fs::write(
+        &workloads,
+        json!({"apiVersion": "v1", "kind": "List", "items": pods}).to_string(),
+    )
     .unwrap();
-    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
-    lab.rt
-        .block_on(pods.create(&PostParams::default(), &pod))
-        .unwrap();
+    let out = lab.cli(&[
+        "plan",
+        "-f",
+        spec.to_str().unwrap(),
+        "-w",
+        workloads.to_str().unwrap(),
+        "--capacity-reservations",
+        reservations.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    plan["nodeClaims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["nodePool"] == "training-reserved")
+        .map(|c| {
+            (
+                c["capacityType"].as_str().unwrap_or("").to_owned(),
+                c["nextLoop"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
 }
 
 /// The node a pod runs on, once it is Running.
@@ -222,6 +275,30 @@ fn reserved_offering_first_then_on_demand_once_the_reservation_is_full() {
     let apart = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "train"}}, "topologyKey": "kubernetes.io/hostname"}
     ]}});
+    // plan's prediction for both pods, from the spec and the reservation as EC2 lists it: one
+    // reserved node, then (Karpenter's next loop, the reservation full) one on-demand node.
+    // Compared with what the real Karpenter does below.
+    let manifests: Vec<Value> = ["train-0", "train-1"]
+        .iter()
+        .map(|n| {
+            pod_manifest(
+                n,
+                "training-reserved",
+                "training",
+                resources.clone(),
+                apart.clone(),
+            )
+        })
+        .collect();
+    let predicted = plan_prediction(&lab, &spec, &id, &manifests);
+    assert_eq!(
+        predicted,
+        vec![
+            ("reserved".to_owned(), false),
+            ("on-demand".to_owned(), true)
+        ],
+        "plan's prediction"
+    );
     create_pod(
         &lab,
         "train-0",
@@ -320,6 +397,15 @@ fn reserved_offering_first_then_on_demand_once_the_reservation_is_full() {
         instance, "None none",
         "an on-demand launch takes no reservation"
     );
+    let observed: Vec<String> = [&first, &second]
+        .iter()
+        .map(|n| {
+            let node = node_named(&lab, n).unwrap();
+            label(node.metadata.labels.as_ref(), CAPACITY_TYPE).to_owned()
+        })
+        .collect();
+    let predicted: Vec<String> = predicted.into_iter().map(|(ct, _)| ct).collect();
+    assert_eq!(observed, predicted, "the lab does what plan predicted");
 
     // Terminating the reserved instance gives its slot back (the lab's reset terminates both).
     lab.aws(&format!("ec2.terminate_instances(InstanceIds=['{first}'])"));
