@@ -51,21 +51,22 @@ impl OfferingFilter {
             .zip(values)
             .all(|(wanted, offered)| match (wanted, offered) {
                 (None, _) => true,
-                (Some(r), Some(v)) => r.has(&v),
+                (Some(r), Some(v)) => r.has(v),
                 // The offering's `DoesNotExist` meets only another negative requirement.
                 (Some(r), None) => matches!(r.operator(), Operator::NotIn | Operator::DoesNotExist),
             })
     }
 }
 
-/// The reservation id, type and interruptible labels of an offering (`None`: it has none).
-fn reservation_labels(o: &Offering) -> [Option<String>; 3] {
+/// The reservation id, type and interruptible labels of an offering (`None`: it has none),
+/// borrowed: `allows` runs for every offering a claim looks at.
+fn reservation_labels(o: &Offering) -> [Option<&str>; 3] {
     match &o.reservation {
         None => [None, None, None],
         Some(r) => [
-            Some(r.id.to_string()),
-            Some(r.kind.to_string()),
-            Some(r.interruptible.to_string()),
+            Some(&r.id),
+            Some(&r.kind),
+            Some(if r.interruptible { "true" } else { "false" }),
         ],
     }
 }
@@ -76,7 +77,7 @@ pub fn reservation_requirements(offerings: &[Offering]) -> [(&'static str, Requi
     let mut values: [BTreeSet<String>; 3] = Default::default();
     for o in offerings {
         for (set, v) in values.iter_mut().zip(reservation_labels(o)) {
-            set.extend(v);
+            set.extend(v.map(str::to_owned));
         }
     }
     let [id, kind, interruptible] = values.map(|v| {

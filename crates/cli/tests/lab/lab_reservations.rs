@@ -50,6 +50,17 @@ fn node_named(lab: &Lab, name: &str) -> Option<Node> {
         .find(|n| n.metadata.name.as_deref() == Some(name))
 }
 
+/// The NodeClaim's capacity type and reservation labels (`""`: no reservation).
+fn assert_claim_capacity(claim: &DynamicObject, capacity_type: &str, reservation: &str) {
+    let labels = claim.metadata.labels.as_ref();
+    assert_eq!(
+        (label(labels, CAPACITY_TYPE), label(labels, RESERVATION_ID)),
+        (capacity_type, reservation),
+        "{:?}",
+        claim.metadata.labels
+    );
+}
+
 fn claim_for_node(lab: &Lab, node: &str) -> Option<DynamicObject> {
     lab.nodeclaims()
         .into_iter()
@@ -309,19 +320,7 @@ fn reserved_offering_first_then_on_demand_once_the_reservation_is_full() {
     );
     let first = lab.wait("first pod Running", 4 * MIN, |l| running_on(l, "train-0"));
     let claim = claim_for_node(&lab, &first).expect("the first pod's node has a NodeClaim");
-    let claim_labels = claim.metadata.labels.as_ref();
-    assert_eq!(
-        label(claim_labels, CAPACITY_TYPE),
-        "reserved",
-        "{:?}",
-        claim.metadata.labels
-    );
-    assert_eq!(
-        label(claim_labels, RESERVATION_ID),
-        id,
-        "{:?}",
-        claim.metadata.labels
-    );
+    assert_claim_capacity(&claim, "reserved", &id);
     let node = node_named(&lab, &first).unwrap();
     let node_labels = node.metadata.labels.as_ref();
     assert_eq!(label(node_labels, CAPACITY_TYPE), "reserved");
@@ -374,19 +373,7 @@ fn reserved_offering_first_then_on_demand_once_the_reservation_is_full() {
     assert_ne!(first, second, "anti-affinity: two nodes");
     let claim = claim_for_node(&lab, &second).expect("the second pod's node has a NodeClaim");
     wait_initialized(&mut lab, &claim);
-    let claim_labels = claim.metadata.labels.as_ref();
-    assert_eq!(
-        label(claim_labels, CAPACITY_TYPE),
-        "on-demand",
-        "{:?}",
-        claim.metadata.labels
-    );
-    assert_eq!(
-        label(claim_labels, RESERVATION_ID),
-        "",
-        "{:?}",
-        claim.metadata.labels
-    );
+    assert_claim_capacity(&claim, "on-demand", "");
     let node = node_named(&lab, &second).unwrap();
     assert_eq!(
         label(node.metadata.labels.as_ref(), CAPACITY_TYPE),
@@ -472,19 +459,7 @@ fn reservation_filled_by_another_launch_fails_the_reserved_launch_and_karpenter_
             .join("\n")
     );
     let claim = claim_for_node(&lab, &node).expect("the pod's node has a NodeClaim");
-    let claim_labels = claim.metadata.labels.as_ref();
-    assert_eq!(
-        label(claim_labels, CAPACITY_TYPE),
-        "on-demand",
-        "{:?}",
-        claim.metadata.labels
-    );
-    assert_eq!(
-        label(claim_labels, RESERVATION_ID),
-        "",
-        "{:?}",
-        claim.metadata.labels
-    );
+    assert_claim_capacity(&claim, "on-demand", "");
     assert_eq!(instance_reservation(&lab, &node), "None none");
     assert_eq!(
         instance_reservation(&lab, &other),
