@@ -31,7 +31,11 @@ runs no Kubean and no Kubespray, so this stands in for their leftovers, each pie
 `heartbeat --node NODE...` renews their node leases as the kubelets would (testbed/lab runs it as the
 process kubean-heartbeat). adopt prints one JSON line (see `adopt`); unadopt removes what could disturb other lab tests
 (the infra instance, the two Nodes, the Kubean objects); the control-plane instance keeps its
-profile, group and tags.
+profile, group and tags. The lab bundle's own Kubean objects (`kubean-karpenter apply` of the lab
+spec: the same Cluster and ConfigMap names, labelled managed-by kubean-karpenter) are removed by
+adopt first; while adopted, that apply stops on server-side apply conflicts with the manager
+`kubean` over the two ConfigMaps, as it would on a Kubean-built cluster, so lab tests that apply
+the lab spec need `unadopt` first.
 
 Usage: kubean_leftovers.py adopt|unadopt|heartbeat --state DIR --cluster lab --cp-group SG --vpc VPC
        (moto from AWS_ENDPOINT_URL; the API server from KK_TESTBED_APISERVER, KK_TESTBED_CA,
@@ -61,6 +65,7 @@ INFRA_TYPE = "m6i.large"
 SPRAY_JOB_IMAGE = "ghcr.io/kubean-io/spray-job:v0.37.0"
 INFRA_TAINT = "CriticalAddonsOnly=true:NoSchedule"
 FIELD_MANAGER = "kubean"
+MANAGED_BY = "app.kubernetes.io/managed-by%3Dkubean-karpenter"  # a label selector, URL-encoded
 # m6i.large as its kubelet reports it (2 vCPU, 8 GiB; Kubespray's kubelet_max_pods 110).
 CAPACITY = {"cpu": "2", "memory": "7934460Ki", "pods": "110", "ephemeral-storage": "20959212Ki", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
 ALLOCATABLE = {"cpu": "1930m", "memory": "7311868Ki", "pods": "110", "ephemeral-storage": "19316009748", "hugepages-1Gi": "0", "hugepages-2Mi": "0"}
@@ -315,6 +320,25 @@ def kubean_side(kube: Kube, cluster: str, cp: dict, infra: dict, version: str, p
         "namespace": NAMESPACE, "cluster": cluster, "clusterOperation": f"{cluster}-install-ops",
         "hostsConfigMap": f"{cluster}-hosts-conf", "varsConfigMap": f"{cluster}-vars-conf", "sshSecret": f"{cluster}-ssh-key",
     }
+    # A lab test that applied the lab bundle leaves kubean-karpenter's own Kubean objects under
+    # these names (labelled managed-by kubean-karpenter); Kubean made none of them, so they go
+    # first and what follows is Kubean's alone.
+    ours = [(kubean("clusters", cluster), kube.call("GET", kubean("clusters", cluster)))]
+    ours += [(core("configmaps", names[k], NAMESPACE), kube.call("GET", core("configmaps", names[k], NAMESPACE)))
+             for k in ("hostsConfigMap", "varsConfigMap")]
+    ops = kube.call("GET", f"/apis/kubean.io/v1alpha1/clusteroperations?labelSelector={MANAGED_BY}") or {}
+    ours += [(kubean("clusteroperations", o["metadata"]["name"]), o) for o in ops.get("items", [])
+             if o["spec"].get("cluster") == cluster]
+    gone = [path for path, obj in ours
+            if obj and (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") == "kubean-karpenter"]
+    for path in gone:
+        log(f"removing kubean-karpenter's {path} (Kubean made none of it)")
+        kube.delete(path)
+    for path in gone:  # no finalizers: gone at once; the apply below must not meet it going
+        for _ in range(50):
+            if kube.call("GET", path) is None:
+                break
+            time.sleep(0.1)
     kube.apply(core("namespaces", NAMESPACE), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     kube.apply(core("configmaps", names["hostsConfigMap"], NAMESPACE), {
         "apiVersion": "v1", "kind": "ConfigMap",
