@@ -98,6 +98,18 @@ pub fn compare(
             format!("the spec's CA has hash {hash}, the cluster's {} (from {}): nodes would not trust the API server", found.value, found.from),
         );
     }
+    if let Some(found) = &d.kubean_cluster {
+        let spec_says = s
+            .kubean
+            .existing_cluster
+            .clone()
+            .unwrap_or_else(|| "nothing".into());
+        f.same(
+            "spec.kubean.existingCluster",
+            &spec_says,
+            &Some(found.clone()),
+        );
+    }
     f.same(
         "spec.kubean.namespace",
         &s.kubean.namespace,

@@ -142,6 +142,13 @@ pub fn discover(observed: &Observed) -> Discovered {
 
     // Kubean: the release (its spray-job image), the plugin, SSH and the fixed nodes.
     if let Some(k) = kubean {
+        d.kubean_cluster = Some(Found::new(
+            k.cluster.clone(),
+            format!(
+                "Kubean's Cluster {} (its inventory holds this cluster's nodes)",
+                k.cluster
+            ),
+        ));
         d.kubean_namespace = Some(Found::new(
             k.namespace.clone(),
             format!("the namespace of Kubean's Cluster {}", k.cluster),
@@ -669,5 +676,28 @@ mod tests {
             ("registry:5000/kk/kubean-karpenter", "@sha256:ab")
         );
         assert_eq!(split_image("nginx"), ("nginx", ""));
+    }
+}
+
+/// The fixed nodes' names and addresses, for finding their instances: Kubean's inventory
+/// where it was read, else the Nodes Karpenter does not manage.
+pub fn fixed_hosts(observed: &Observed) -> Vec<(String, String)> {
+    let inventory = observed
+        .kubean
+        .as_ref()
+        .and_then(|k| k.hosts.as_ref())
+        .and_then(|(_, text)| sources::inventory(text));
+    match inventory {
+        Some(inv) => inv
+            .hosts
+            .into_iter()
+            .filter_map(|h| Some((h.name, h.ip?)))
+            .collect(),
+        None => observed
+            .nodes
+            .iter()
+            .filter(|n| !n.labels.contains_key("karpenter.sh/nodepool"))
+            .filter_map(|n| Some((n.name.clone(), n.internal_ip.clone()?)))
+            .collect(),
     }
 }

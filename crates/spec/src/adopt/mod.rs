@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use check::compare;
-pub use discover::discover;
+pub use discover::{discover, fixed_hosts};
 pub use write::write_spec;
 
 use crate::{NodeRole, Tag};
@@ -188,6 +188,8 @@ pub struct Discovered {
     pub pod_subnet: Option<Found<String>>,
     pub service_subnet: Option<Found<String>>,
     pub cluster_dns: Option<Found<String>>,
+    /// Kubean's `Cluster` that built this one (`kubean.existingCluster`: adopted).
+    pub kubean_cluster: Option<Found<String>>,
     pub kubean_namespace: Option<Found<String>>,
     pub spray_job_image: Option<Found<String>>,
     pub network_plugin: Option<Found<String>>,

@@ -146,6 +146,12 @@ pub fn write_spec(d: &Discovered) -> String {
         }
     }
     s.raw("  kubean:");
+    match &d.kubean_cluster {
+        Some(f) => {
+            let _ = writeln!(s.text, "    existingCluster: {}  # adopted: Kubean keeps its inventory; from {}", scalar(&f.value), f.from);
+        }
+        None => s.raw("    # existingCluster: <KUBEAN_CLUSTER>  # Kubean's Cluster that built this one (none found): unset, apply writes Kubean's objects"),
+    }
     s.field(4, "namespace", text(&d.kubean_namespace), "kubean-system");
     s.field(
         4,
