@@ -14,6 +14,7 @@ mod completion_cmd;
 mod controller_cmd;
 mod doctor_cmd;
 mod files;
+mod init_cmd;
 mod kubean_cmd;
 mod kubeconfig_cmd;
 mod lint_cmd;
@@ -51,8 +52,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools).
-    Init,
+    /// Print a commented example ElasticCluster spec (the seeds' CPU and GPU pools), or, with
+    /// --discover, adopt a running Kubean-built cluster: a spec filled from the cluster, Kubean's
+    /// management cluster and the AWS account, each value saying where it was read.
+    Init(init_cmd::InitArgs),
     /// Check a spec and report every problem with file:line:col (exit 2 if any); warnings
     /// (a pinned patch older than the newest known of its minor) are printed, exit 0.
     Validate {
@@ -194,10 +197,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Images(args) => versions_cmd::images(args),
         Command::Completion(args) => completion_cmd::completion(args),
         Command::Man(args) => completion_cmd::man(args),
-        Command::Init => {
-            std::io::stdout().write_all(EXAMPLE.as_bytes())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Init(args) => init_cmd::run(args),
         Command::Validate { spec } => {
             let (loaded, _) = load_spec(&spec)?;
             print_warnings(&loaded);

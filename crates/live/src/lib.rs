@@ -23,6 +23,7 @@ pub mod cahash;
 pub mod client;
 pub mod cluster_state;
 pub mod controller;
+pub mod discover;
 pub mod doctor;
 pub mod fleet_watch;
 pub mod kube_error;

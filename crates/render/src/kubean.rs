@@ -185,7 +185,7 @@ pub(crate) fn cluster_operation(
             ..Default::default()
         },
         spec: model::ClusterOperationSpec {
-            cluster: cluster.metadata.name.clone(),
+            cluster: names::kubean_cluster(cluster).to_owned(),
             image: images::reference_of(&cluster.spec, versions::KUBEAN)
                 .unwrap_or_else(|| cluster.spec.kubean.spray_job_image.clone()),
             action_type: "playbook".into(),
@@ -201,6 +201,11 @@ pub(crate) fn cluster_operation(
 }
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    // Adopted: Kubean already built the cluster and keeps its own objects; writing ours would
+    // overwrite its inventory and run cluster.yml again.
+    if cluster.spec.kubean.existing_cluster.is_some() {
+        return Ok(());
+    }
     let name = &cluster.metadata.name;
     let namespace = &cluster.spec.kubean.namespace;
     let hosts = config_map(
@@ -258,4 +263,33 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     bundle.add_yaml("kubean/3-cluster.yaml", &[to_value(&kubean_cluster)?])?;
     bundle.add_yaml("kubean/4-cluster-operation.yaml", &[to_value(&operation)?])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod adopted {
+    use kk_spec::{EXAMPLE, parse_spec};
+
+    #[test]
+    fn an_adopted_cluster_gets_no_kubean_objects_and_operations_name_kubeans_cluster() {
+        let text = EXAMPLE.replace(
+            "    namespace: kubean-system\n",
+            "    namespace: kubean-system\n    existingCluster: prod-kubean\n",
+        );
+        let cluster = parse_spec(&text, "s.yaml").unwrap().spec;
+        let mut bundle = crate::Bundle::default();
+        super::render(&cluster, &mut bundle).unwrap();
+        assert!(bundle.files.is_empty());
+        let op = super::cluster_operation(&cluster, "x", "upgrade-cluster.yml", None, &[], &[]);
+        assert_eq!(op.spec.cluster, "prod-kubean");
+        let plain = parse_spec(EXAMPLE, "s.yaml").unwrap().spec;
+        super::render(&plain, &mut bundle).unwrap();
+        assert_eq!(
+            bundle
+                .files
+                .keys()
+                .filter(|p| p.starts_with("kubean/"))
+                .count(),
+            4
+        );
+    }
 }

@@ -31,6 +31,16 @@ pub fn pool_labels(pool: &Pool) -> BTreeMap<String, String> {
     labels
 }
 
+/// The Kubean `Cluster` operations run on: the adopted one, else the one render writes.
+pub fn kubean_cluster(cluster: &ElasticCluster) -> &str {
+    cluster
+        .spec
+        .kubean
+        .existing_cluster
+        .as_deref()
+        .unwrap_or(&cluster.metadata.name)
+}
+
 pub fn hosts_configmap(cluster: &ElasticCluster) -> String {
     format!("{}-hosts-conf", cluster.metadata.name)
 }

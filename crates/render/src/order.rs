@@ -130,14 +130,24 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         "Rendered by kubean-karpenter from the ElasticCluster spec. Apply in this order.\n"
     );
     let _ = writeln!(w, "{}", two_clusters(cluster));
-    let _ = writeln!(
-        w,
-        "1. **Kubean builds the control plane, etcd and infra workers** (management cluster). Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}. When the ClusterOperation `{name}-install` has succeeded, take the new cluster's kubeconfig: {}.",
-        spec.kubean.ssh.private_key_secret,
-        spec.kubean.namespace,
-        files("kubean/"),
-        fetch_kubeconfig(cluster)
-    );
+    match &spec.kubean.existing_cluster {
+        Some(adopted) => {
+            let _ = writeln!(
+                w,
+                "1. **Kubean built this cluster already** (adopted: Kubean's Cluster `{adopted}`, whose inventory and variables stay Kubean's). Nothing goes to the management cluster; day-two operations (`kubean-karpenter kubean upgrade|scale|remove-node`) name `{adopted}`."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                w,
+                "1. **Kubean builds the control plane, etcd and infra workers** (management cluster). Create the SSH Secret `{}` (type kubernetes.io/ssh-auth) in `{}`, then apply {}. When the ClusterOperation `{name}-install` has succeeded, take the new cluster's kubeconfig: {}.",
+                spec.kubean.ssh.private_key_secret,
+                spec.kubean.namespace,
+                files("kubean/"),
+                fetch_kubeconfig(cluster)
+            );
+        }
+    }
     let _ = writeln!(
         w,
         "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance); install the aws-ebs-csi-driver chart {} with `{}` (`{}`).",

@@ -6,6 +6,7 @@
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
 //! the CA bundle from disk happen in the CLI.
 
+pub mod adopt;
 pub mod ca;
 pub mod iam;
 pub mod images;

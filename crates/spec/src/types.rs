@@ -224,6 +224,11 @@ pub struct Kubean {
     /// Command-line flags (`--mgmt-kubeconfig`, `--mgmt-context`) win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub management_cluster: Option<ClusterAccess>,
+    /// An adopted cluster: the name of the Kubean `Cluster` that already built it. Kubean's own
+    /// inventory, variables and Cluster stay authoritative: render writes no `kubean/` install
+    /// objects, and day-two operations (`kubean upgrade`, `scale`, ...) name this Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_cluster: Option<String>,
 }
 
 fn default_kubean_namespace() -> String {

@@ -4,6 +4,7 @@
 //! runs them one after another; other test binaries never touch the lab.
 
 mod harness;
+mod lab_adopt;
 mod lab_doctor;
 mod lab_drift;
 mod lab_e2e;
