@@ -10,7 +10,8 @@
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
 //!   checks), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates),
-//!   [`fleet_watch`] (the same kinds followed by watch streams, for `top`).
+//!   [`fleet_watch`] (the same kinds followed by watch streams, for `top`), [`discover`] (what
+//!   a Kubean-built cluster, Kubean and the account hold, for `init --discover`).
 //!
 //! Must not hold domain rules — rendering, linting and planning stay in the pure crates — and
 //! must not put secrets in logs, argv or world-readable files. Everything else in the

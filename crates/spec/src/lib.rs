@@ -1,6 +1,7 @@
 //! The `ElasticCluster` spec: types, defaults, loading with positions, validation.
 //!
-//! Owns the ElasticCluster document: its types, defaults and located validation. Must not read
+//! Owns the ElasticCluster document: its types, defaults and located validation, and
+//! [`adopt`]: what a running cluster holds, as spec values with their sources. Must not read
 //! files, render artifacts, or restate Karpenter's label rules (it asks `kk-karpenter`).
 //!
 //! Pure: takes text, returns values or located errors. Reading the file and resolving

@@ -58,7 +58,6 @@ impl PutBack {
             .arg(format!(
                 "import boto3, sys\nec2 = boto3.client('ec2')\n{script}"
             ))
-            .arg("-")
             .args(args)
             .output()
             .unwrap()
@@ -128,7 +127,6 @@ fn a_kubean_built_cluster_is_adopted_by_discovery_alone_and_check_finds_what_cha
         "   discovered:\n{discovered}\n   stderr: {findings}"
     ));
     for (field, source) in [
-        ("name: lab", "KubernetesClusterID"),
         (
             "kubernetesVersion: \"1.36.3\"",
             "kubeadm-config ClusterConfiguration.kubernetesVersion",
@@ -160,6 +158,18 @@ fn a_kubean_built_cluster_is_adopted_by_discovery_alone_and_check_finds_what_cha
             "{field:?} should say it came from {source:?}: {line}"
         );
     }
+    // The CCM's cloud config names the cluster once an apply has installed it; before that,
+    // the control-plane instance's kubernetes.io/cluster tag does.
+    let name = discovered
+        .lines()
+        .find(|l| l.starts_with("  name: "))
+        .unwrap_or_default();
+    assert!(
+        name.starts_with("  name: lab  # from ")
+            && (name.contains("KubernetesClusterID (the CCM)")
+                || name.contains("tag kubernetes.io/cluster/lab")),
+        "{name}"
+    );
     let adopted = |name: &str| {
         let v: Value = serde_json::from_str(&lab.aws(&format!(
             "import json\nr = ec2.describe_instances(Filters=[{{'Name': 'tag:Name', 'Values': ['{name}']}}, {{'Name': 'instance-state-name', 'Values': ['running']}}])['Reservations']\ni = r[0]['Instances'][0]\nprint(json.dumps({{'ip': i['PrivateIpAddress'], 'dns': i['PrivateDnsName'], 'vpc': i['VpcId']}}))"

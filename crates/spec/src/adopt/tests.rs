@@ -194,8 +194,25 @@ fn sources_that_disagree_on_the_name_and_a_half_configured_account_are_findings(
     }
     aws.security_groups[1].tags.clear();
     o.unreadable.push("iam:ListRoles (AccessDenied)".into());
+    o.workloads.push(ObservedWorkload {
+        kind: "Deployment".into(),
+        namespace: "karpenter".into(),
+        name: "karpenter".into(),
+        images: vec!["public.ecr.aws/karpenter/controller:1.14.1@sha256:ab".into()],
+        env: vec![("CLUSTER_NAME".into(), "prod".into())],
+        labels: BTreeMap::new(),
+    });
     let d = discover(&o);
     assert_eq!(d.cluster_name.as_ref().unwrap().value, "prod");
+    assert!(
+        d.cluster_name
+            .as_ref()
+            .unwrap()
+            .from
+            .contains("CLUSTER_NAME")
+    );
+    assert_eq!(d.installed.len(), 1);
+    assert_eq!(d.installed[0].version.as_deref(), Some("1.14.1"));
     let said = d.findings.join("\n");
     assert!(said.contains("disagrees with \"demo\""), "{said}");
     assert!(
@@ -206,6 +223,14 @@ fn sources_that_disagree_on_the_name_and_a_half_configured_account_are_findings(
     assert!(said.contains("could not read iam:ListRoles"), "{said}");
     let text = write_spec(&d);
     assert!(text.contains("NOT FOUND in AWS"), "{text}");
+    assert!(
+        text.contains("version: 1.14.1  # from Deployment karpenter/karpenter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("#   - karpenter 1.14.1 (Deployment karpenter/karpenter"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -83,6 +83,17 @@ pub fn write_spec(d: &Discovered) -> String {
             let _ = writeln!(s.text, "#   - {finding}");
         }
     }
+    if !d.installed.is_empty() {
+        s.raw("#");
+        s.raw("# Already installed in the cluster (apply takes them over where the spec renders them):");
+        for i in &d.installed {
+            let version = i
+                .version
+                .as_deref()
+                .map_or(String::new(), |v| format!(" {v}"));
+            let _ = writeln!(s.text, "#   - {}{version} ({})", i.component, i.from);
+        }
+    }
     s.raw("apiVersion: kubean-karpenter.io/v1alpha1");
     s.raw("kind: ElasticCluster");
     s.raw("metadata:");
