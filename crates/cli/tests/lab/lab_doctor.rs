@@ -174,6 +174,27 @@ fn fake_node(lab: &Lab, name: &str, kubelet: &str, provider_id: Option<&str>, ta
         .unwrap();
 }
 
+/// An infra worker as Kubespray registers it (the lab runs its controllers as processes and has
+/// none): Ready, labelled `node-role.kubernetes.io/infra`, with `taints`, no provider ID yet
+/// (doctor then gives it the grace a Node gets before the CCM has initialized it).
+fn infra_node(lab: &Lab, name: &str, taints: Value) {
+    let version = lab
+        .rt
+        .block_on(lab.client.apiserver_version())
+        .unwrap()
+        .git_version;
+    fake_node(lab, name, &version, None, taints);
+    let nodes: Api<Node> = Api::all(lab.client.clone());
+    let labels = json!({"metadata": {"labels": {"node-role.kubernetes.io/infra": "", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}}});
+    lab.rt
+        .block_on(nodes.patch(name, &PatchParams::default(), &Patch::Merge(&labels)))
+        .unwrap();
+}
+
+fn infra_taints() -> Value {
+    json!([{"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}])
+}
+
 #[test]
 fn doctor_passes_every_check_on_the_healthy_lab_with_a_cpu_and_a_gpu_node() {
     let Some((mut lab, spec, bundle)) = deployed_with_sg("doctor: healthy lab", true) else {
@@ -195,6 +216,8 @@ fn doctor_passes_every_check_on_the_healthy_lab_with_a_cpu_and_a_gpu_node() {
                 && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         })
     });
+    // The rotator and CSR approver Deployments need an infra worker to be placed on.
+    infra_node(&lab, "infra-1", infra_taints());
     let started = Instant::now();
     let (code, report) = doctor(&lab, &spec, &["--controller-role", &role]);
     let took = started.elapsed();
@@ -720,4 +743,38 @@ fn doctor_wall_time_on_many_nodes() {
     }
     eprintln!("  doctor on {nodes} nodes: wall times {times:.2?} s");
     lab.print_phases();
+}
+
+/// The rotator's and the CSR approver's pods go to infra workers only. With none the cluster
+/// can place them on, doctor fails at once (their pods would only look slow for the pods
+/// check's grace), naming each Node's reason; an infra worker that tolerates nothing but its
+/// own taint is no place either; a proper one makes the check ok.
+#[test]
+fn doctor_fails_controllers_schedulable_when_no_node_can_take_the_rotator() {
+    let Some((lab, spec, _)) = Lab::deployed("doctor: controllers with no place to run", |s| s)
+    else {
+        return;
+    };
+    let outcome = doctor(&lab, &spec, &[]);
+    assert_fails(
+        &outcome,
+        "controllers-schedulable",
+        "no Node can run its pods: there is no Node",
+    );
+    infra_node(
+        &lab,
+        "infra-wrong",
+        json!([{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}]),
+    );
+    let outcome = doctor(&lab, &spec, &[]);
+    assert_fails(
+        &outcome,
+        "controllers-schedulable",
+        "infra-wrong does not tolerate dedicated=infra:NoSchedule",
+    );
+    infra_node(&lab, "infra-1", infra_taints());
+    let (_, report) = doctor(&lab, &spec, &[]);
+    let c = check(&report, "controllers-schedulable");
+    assert_eq!(c["status"], "ok", "{c:#}");
+    assert!(c["evidence"].to_string().contains("fit infra-1"), "{c:#}");
 }

@@ -76,6 +76,8 @@ pub struct Snapshot {
     pub server_version: Read<String>,
     pub nodes: Read<Vec<Node>>,
     pub pods: Read<Vec<Pod>>,
+    /// Every Deployment: whether the controllers' pods fit an existing Node.
+    pub deployments: Read<Vec<k8s_openapi::api::apps::v1::Deployment>>,
     /// Every DaemonSet: whether a GPU pool's next node will get a device plugin.
     pub daemonsets: Read<Vec<k8s_openapi::api::apps::v1::DaemonSet>>,
     pub pdbs: Read<Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
@@ -447,12 +449,14 @@ pub async fn gather(
         list_dynamic(client, "karpenter.k8s.aws", "EC2NodeClass"),
     );
     let daemonsets_api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::all(client.clone());
-    let (cluster_info, ccm_config, ca_hash, rbac, daemonsets) = tokio::join!(
+    let deployments_api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
+    let (cluster_info, ccm_config, ca_hash, rbac, daemonsets, deployments) = tokio::join!(
         cm_public.get_opt("cluster-info"),
         cm_system.get_opt("aws-cloud-controller-manager-config"),
         crate::cahash::from_cluster(client, "kube-system"),
         rbac(client),
         daemonsets_api.list(&all),
+        deployments_api.list(&all),
     );
     let nodes = nodes
         .map(|l| l.items)
@@ -531,6 +535,9 @@ pub async fn gather(
         daemonsets: daemonsets
             .map(|l| l.items)
             .map_err(|e| kube_err("list DaemonSets", e)),
+        deployments: deployments
+            .map(|l| l.items)
+            .map_err(|e| kube_err("list Deployments", e)),
         pdbs: pdbs
             .map(|l| l.items)
             .map_err(|e| kube_err("list PodDisruptionBudgets", e)),

@@ -19,7 +19,7 @@ pub fn cluster_role() -> Value {
         "rules": [
             {"apiGroups": [""], "resources": ["nodes", "pods", "events", "configmaps"], "verbs": ["get", "list"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list"]},
-            {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list"]},
+            {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"], "verbs": ["get", "list"]},
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"], "verbs": ["get", "list"]},
             {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodepools"], "verbs": ["get", "list"]},
             {"apiGroups": ["karpenter.k8s.aws"], "resources": ["ec2nodeclasses"], "verbs": ["get", "list"]},

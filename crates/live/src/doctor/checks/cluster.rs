@@ -160,8 +160,19 @@ pub(super) fn pods_running(s: &Snapshot, f: &Facts) -> Check {
         }
     }
     if c.evidence.is_empty() {
+        let young = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Pending"))
+            .count();
+        let pending = if young == 0 {
+            String::new()
+        } else {
+            // Not yet a finding: a pod may wait this long for its node. Whether the
+            // controllers' pods can be placed at all is controllers-schedulable's to say.
+            format!("; {young} Pending for less than {}", secs(f.grace))
+        };
         c = c.saw(format!(
-            "{running} of {} pods Running or Succeeded",
+            "{running} of {} pods Running or Succeeded{pending}",
             pods.len()
         ));
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
-use kk_karpenter::taint::{Effect, Taint, Toleration};
+use kk_karpenter::taint::{Effect, Taint};
 use kube::api::DynamicObject;
 
 fn gpu_nodes<'a>(s: &'a Snapshot, f: &Facts) -> Vec<&'a Node> {
@@ -191,43 +191,20 @@ fn pool_node_labels(pool: &DynamicObject) -> BTreeMap<String, String> {
 
 /// Why `d`'s pods would not run on a node of the pool (`None`: they would).
 fn refuses(d: &DaemonSet, taints: &[Taint], labels: &BTreeMap<String, String>) -> Option<String> {
-    let pod = d.spec.as_ref()?.template.spec.as_ref()?;
-    let tolerations: Vec<Toleration> = pod
-        .tolerations
-        .iter()
-        .flatten()
-        .filter_map(|t| {
-            Toleration::from_fields(
-                t.key.as_deref(),
-                t.operator.as_deref(),
-                t.value.as_deref(),
-                t.effect.as_deref(),
-            )
-            .ok()
-        })
-        .collect();
-    let untolerated: Vec<String> = taints
-        .iter()
-        .filter(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
-        .map(ToString::to_string)
-        .collect();
-    if !untolerated.is_empty() {
-        return Some(format!("does not tolerate {}", untolerated.join(", ")));
-    }
-    let unmatched: Vec<String> = pod
-        .node_selector
-        .iter()
-        .flatten()
-        .filter(|(k, v)| labels.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if !unmatched.is_empty() {
-        return Some(format!(
+    use super::placement::Refusal;
+    let refusal = super::placement::refuses(
+        d.spec.as_ref()?.template.spec.as_ref()?,
+        taints,
+        labels,
+        super::placement::Labels::Some,
+    )?;
+    Some(match refusal {
+        Refusal::Unselected(unmatched) => format!(
             "selects {} and the pool's nodes are not labelled so",
             unmatched.join(", ")
-        ));
-    }
-    None
+        ),
+        other => other.to_string(),
+    })
 }
 
 /// Before any GPU node exists: will the next one a GPU pool launches get a device plugin? A

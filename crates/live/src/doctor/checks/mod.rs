@@ -13,6 +13,7 @@ use super::{Check, Facts, Status};
 
 mod aws;
 mod cluster;
+mod controllers;
 mod day_two;
 mod drift;
 mod gpu;
@@ -21,6 +22,7 @@ mod isolated_vpc;
 mod join;
 mod karpenter;
 mod nodes;
+mod placement;
 
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const POOL_LABEL: &str = "karpenter.sh/nodepool";
@@ -35,6 +37,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         cluster::kubelet_skew(s, f),
         day_two::kubelet_skew_headroom(s),
         cluster::pods_running(s, f),
+        controllers::controllers_schedulable(s, f),
         cluster::nodepools_present(s, f),
         karpenter::karpenter_ready(s),
         karpenter::karpenter_errors(s),
