@@ -468,7 +468,7 @@ fn cluster_name(observed: &Observed, kubean_cluster: Option<&str>, d: &mut Disco
     }
     if let Some(aws) = &observed.aws {
         for i in control_plane_instances(observed, d) {
-            for (key, _) in &i.tags {
+            for key in i.tags.keys() {
                 if let Some(name) = key.strip_prefix("kubernetes.io/cluster/") {
                     candidates.push(Found::new(
                         name.to_owned(),
@@ -661,24 +661,6 @@ fn split_image(image: &str) -> (&str, &str) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_references_split_at_the_tag_or_digest() {
-        assert_eq!(
-            split_image("public.ecr.aws/karpenter/controller:1.15.2@sha256:ab"),
-            ("public.ecr.aws/karpenter/controller", ":1.15.2@sha256:ab")
-        );
-        assert_eq!(
-            split_image("registry:5000/kk/kubean-karpenter@sha256:ab"),
-            ("registry:5000/kk/kubean-karpenter", "@sha256:ab")
-        );
-        assert_eq!(split_image("nginx"), ("nginx", ""));
-    }
-}
-
 /// The fixed nodes' names and addresses, for finding their instances: Kubean's inventory
 /// where it was read, else the Nodes Karpenter does not manage.
 pub fn fixed_hosts(observed: &Observed) -> Vec<(String, String)> {
@@ -699,5 +681,23 @@ pub fn fixed_hosts(observed: &Observed) -> Vec<(String, String)> {
             .filter(|n| !n.labels.contains_key("karpenter.sh/nodepool"))
             .filter_map(|n| Some((n.name.clone(), n.internal_ip.clone()?)))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references_split_at_the_tag_or_digest() {
+        assert_eq!(
+            split_image("public.ecr.aws/karpenter/controller:1.15.2@sha256:ab"),
+            ("public.ecr.aws/karpenter/controller", ":1.15.2@sha256:ab")
+        );
+        assert_eq!(
+            split_image("registry:5000/kk/kubean-karpenter@sha256:ab"),
+            ("registry:5000/kk/kubean-karpenter", "@sha256:ab")
+        );
+        assert_eq!(split_image("nginx"), ("nginx", ""));
     }
 }

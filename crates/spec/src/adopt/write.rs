@@ -59,7 +59,7 @@ impl Spec {
     }
 }
 
-fn text<'f>(found: &'f Option<Found<String>>) -> Option<(String, &'f str)> {
+fn text(found: &Option<Found<String>>) -> Option<(String, &str)> {
     found.as_ref().map(|f| (scalar(&f.value), f.from.as_str()))
 }
 
