@@ -539,6 +539,12 @@ impl Lab {
         std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), "").unwrap();
     }
 
+    /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the lab process `name` (`testbed/lab signal`):
+    /// a fault a test then recovers from (restarting the process, or `CONT`).
+    pub fn signal(&self, name: &str, signal: &str) {
+        self.lab(&["signal", name, signal]);
+    }
+
     /// How many nodes the lab-size figures grow to: KK_LAB_NODES_WANTED, default 20.
     pub fn nodes_wanted() -> i32 {
         std::env::var("KK_LAB_NODES_WANTED")

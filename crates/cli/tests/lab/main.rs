@@ -8,6 +8,7 @@ mod lab_adopt;
 mod lab_doctor;
 mod lab_drift;
 mod lab_e2e;
+mod lab_faults;
 mod lab_iam;
 mod lab_interruption;
 mod lab_orphans;

@@ -1,0 +1,115 @@
+//! Faults on the lab (issue #30): a component killed or an AWS call refused while the system is
+//! working, then the invariants checked — no pod that should run is lost, no node runs without
+//! its NodeClaim, no instance is left running without one. The process faults go through
+//! `testbed/lab signal` (kill -9 / SIGSTOP by pid); the AWS ones through moto's fault switches
+//! (`Lab::fault`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+
+use crate::harness::{Lab, is_true, live, pod_available};
+
+const MIN: Duration = Duration::from_secs(60);
+
+fn inflate_pods(lab: &Lab) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
+    lab.rt
+        .block_on(pods.list(&ListParams::default()))
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("inflate-workload-general"))
+        })
+        .collect()
+}
+
+/// The invariants after a fault, once the system has settled: every instance Karpenter
+/// launched that is running belongs to a NodeClaim, every Karpenter Node to a NodeClaim (one
+/// Node per claim), and the pods all run. Returns the claims' provider IDs.
+fn assert_no_orphan_no_duplicate(lab: &Lab) -> BTreeSet<String> {
+    let claims: BTreeSet<String> = lab
+        .nodeclaims()
+        .iter()
+        .filter_map(|nc| nc.data["status"]["providerID"].as_str())
+        .map(str::to_owned)
+        .collect();
+    let running = lab.aws(
+        "ids = [i['InstanceId'] for r in ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']}, {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])['Reservations'] for i in r['Instances']]
+print(' '.join(sorted(ids)))",
+    );
+    let claimed: BTreeSet<&str> = claims.iter().filter_map(|p| p.rsplit('/').next()).collect();
+    let running: BTreeSet<&str> = running.split_whitespace().collect();
+    assert_eq!(
+        running, claimed,
+        "instances running vs instances of NodeClaims (an orphan, or a claim without its instance)"
+    );
+    let mut seen = BTreeSet::new();
+    for node in lab.nodes() {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        if !labels.contains_key("karpenter.sh/nodepool") {
+            continue;
+        }
+        let pid = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        assert!(
+            claims.contains(&pid),
+            "Node {:?} ({pid}) has no NodeClaim",
+            node.metadata.name
+        );
+        assert!(seen.insert(pid.clone()), "two Nodes for {pid}");
+    }
+    claims
+}
+
+/// Karpenter killed (SIGKILL, no shutdown) while a NodeClaim is launched but its node has not
+/// registered, then started again: the new process takes the claim over from the API server,
+/// the node registers to it, the pods land; no second instance or Node for the same pods, no
+/// instance left over.
+#[test]
+fn karpenter_killed_mid_launch_and_restarted_leaves_no_orphan_and_no_duplicate() {
+    let Some((mut lab, _spec, bundle)) =
+        Lab::deployed("faults: Karpenter killed mid-launch", |s| s)
+    else {
+        return;
+    };
+    lab.scale("inflate-workload-general", 3);
+    // Launched, not yet Registered: the window where a restart could orphan the instance.
+    let in_flight = lab.wait("a NodeClaim launched but not registered", 2 * MIN, |l| {
+        l.nodeclaims()
+            .into_iter()
+            .find(|nc| is_true(nc, "Launched") && !is_true(nc, "Registered"))
+            .and_then(|nc| nc.metadata.name.clone())
+    });
+    lab.signal("karpenter", "KILL");
+    live(&format!(
+        "   killed Karpenter with {in_flight} launched, not registered"
+    ));
+    std::thread::sleep(Duration::from_secs(2));
+    lab.lab(&["karpenter", bundle.to_str().unwrap()]);
+    lab.wait("every inflate pod Running and ready", 4 * MIN, |l| {
+        let pods = inflate_pods(l);
+        (pods.len() == 3 && pods.iter().all(pod_available)).then_some(())
+    });
+    lab.wait("every NodeClaim Initialized", 2 * MIN, |l| {
+        let claims = l.nodeclaims();
+        (!claims.is_empty() && claims.iter().all(|nc| is_true(nc, "Initialized"))).then_some(())
+    });
+    let claims = assert_no_orphan_no_duplicate(&lab);
+    assert!(
+        lab.nodeclaims()
+            .iter()
+            .any(|nc| nc.metadata.name.as_deref() == Some(in_flight.as_str())),
+        "the claim in flight at the kill ({in_flight}) was taken over, not replaced: {claims:?}"
+    );
+    lab.print_phases();
+}
