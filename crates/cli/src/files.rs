@@ -4,10 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use kk_model::yaml::{LoadLimits, load_documents};
 use kk_render::Bundle;
 use kk_spec::LoadedSpec;
-use serde_json::Value;
 
 use crate::Failure;
 
@@ -73,43 +71,16 @@ fn expand_home(path: &str) -> PathBuf {
 }
 
 /// `certificate-authority-data` (or the file `certificate-authority` names) of one
-/// kubeconfig cluster: the named one, else the current context's.
+/// kubeconfig cluster: the named one, else the current context's (`kk_spec::ca::kubeconfig_ca`).
 pub fn ca_from_kubeconfig(path: &Path, cluster: Option<&str>) -> Result<Vec<u8>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let docs = load_documents(&text, LoadLimits::default()).map_err(|e| e.to_string())?;
-    let config = docs.first().map(|d| &d.value).ok_or("empty kubeconfig")?;
-    let wanted = match cluster {
-        Some(name) => name.to_owned(),
-        None => {
-            let current = config["current-context"]
-                .as_str()
-                .ok_or("no current-context; name the cluster")?;
-            find_named(config, "contexts", current)
-                .and_then(|c| c["context"]["cluster"].as_str())
-                .ok_or(format!("context {current:?} not found"))?
-                .to_owned()
+    match kk_spec::ca::kubeconfig_ca(&text, cluster)? {
+        kk_spec::ca::KubeconfigCa::Data(pem) => Ok(pem),
+        kk_spec::ca::KubeconfigCa::File(file) => {
+            let ca_path = path.parent().unwrap_or(Path::new(".")).join(file);
+            std::fs::read(&ca_path).map_err(|e| format!("{}: {e}", ca_path.display()))
         }
-    };
-    let entry = find_named(config, "clusters", &wanted)
-        .map(|c| &c["cluster"])
-        .ok_or(format!("cluster {wanted:?} not found"))?;
-    if let Some(data) = entry["certificate-authority-data"].as_str() {
-        return base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| format!("certificate-authority-data is not base64: {e}"));
     }
-    if let Some(file) = entry["certificate-authority"].as_str() {
-        let ca_path = path.parent().unwrap_or(Path::new(".")).join(file);
-        return std::fs::read(&ca_path).map_err(|e| format!("{}: {e}", ca_path.display()));
-    }
-    Err(format!("cluster {wanted:?} has no certificate authority"))
-}
-
-fn find_named<'v>(config: &'v Value, list: &str, name: &str) -> Option<&'v Value> {
-    config[list]
-        .as_array()?
-        .iter()
-        .find(|entry| entry["name"].as_str() == Some(name))
 }
 
 /// A report to share (`plan --html`, `upgrade plan --html`), written whole or not at all: a

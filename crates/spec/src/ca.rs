@@ -69,3 +69,53 @@ fn spki_hash(cert: &Certificate) -> Result<String, CaError> {
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("sha256:{hex}"))
 }
+
+/// Where one kubeconfig cluster's CA is: inline, or in a file the kubeconfig names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeconfigCa {
+    /// `certificate-authority-data`, base64-decoded (the PEM bundle).
+    Data(Vec<u8>),
+    /// `certificate-authority`: a path, relative to the kubeconfig's directory.
+    File(String),
+}
+
+/// The CA of one cluster of a kubeconfig's text: the named cluster, else the current
+/// context's. Pure (the CLI reads the file and a `certificate-authority` file it names);
+/// a malformed kubeconfig is an error, never a panic (the `kubeconfig` fuzz target).
+pub fn kubeconfig_ca(text: &str, cluster: Option<&str>) -> Result<KubeconfigCa, String> {
+    use kk_model::yaml::{LoadLimits, load_documents};
+    use serde_json::Value;
+    fn find_named<'v>(config: &'v Value, list: &str, name: &str) -> Option<&'v Value> {
+        config[list]
+            .as_array()?
+            .iter()
+            .find(|entry| entry["name"].as_str() == Some(name))
+    }
+    let docs = load_documents(text, LoadLimits::default()).map_err(|e| e.to_string())?;
+    let config = docs.first().map(|d| &d.value).ok_or("empty kubeconfig")?;
+    let wanted = match cluster {
+        Some(name) => name.to_owned(),
+        None => {
+            let current = config["current-context"]
+                .as_str()
+                .ok_or("no current-context; name the cluster")?;
+            find_named(config, "contexts", current)
+                .and_then(|c| c["context"]["cluster"].as_str())
+                .ok_or(format!("context {current:?} not found"))?
+                .to_owned()
+        }
+    };
+    let entry = find_named(config, "clusters", &wanted)
+        .map(|c| &c["cluster"])
+        .ok_or(format!("cluster {wanted:?} not found"))?;
+    if let Some(data) = entry["certificate-authority-data"].as_str() {
+        return base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map(KubeconfigCa::Data)
+            .map_err(|e| format!("certificate-authority-data is not base64: {e}"));
+    }
+    if let Some(file) = entry["certificate-authority"].as_str() {
+        return Ok(KubeconfigCa::File(file.to_owned()));
+    }
+    Err(format!("cluster {wanted:?} has no certificate authority"))
+}
