@@ -415,20 +415,26 @@ def install_capacity_reservations() -> None:
     def create_fleet(self):
         result = original_create_fleet(self)
         fleet = self.ec2_backend.get_fleet(result.result["FleetId"])
-        errors = getattr(fleet, "kk_errors", [])
+        # One error per refused override (a spec may be judged more than once: moto fills the
+        # target capacity in steps). An entry may name its lifecycle (spot); default on-demand.
+        errors, seen = [], set()
+        for entry in getattr(fleet, "kk_errors", []):
+            spec, (code, message) = entry[0], entry[1]
+            lifecycle = entry[2] if len(entry) > 2 else "on-demand"
+            if (id(spec), code, lifecycle) in seen:
+                continue
+            seen.add((id(spec), code, lifecycle))
+            errors.append({
+                "LaunchTemplateAndOverrides": {
+                    "LaunchTemplateSpecification": spec.launch_template_spec,
+                    "Overrides": spec.overrides or {"InstanceType": spec.instance_type},
+                },
+                "Lifecycle": lifecycle,
+                "ErrorCode": code,
+                "ErrorMessage": message,
+            })
         if errors:
-            result.result["Errors"] = [
-                {
-                    "LaunchTemplateAndOverrides": {
-                        "LaunchTemplateSpecification": spec.launch_template_spec,
-                        "Overrides": spec.overrides or {"InstanceType": spec.instance_type},
-                    },
-                    "Lifecycle": "on-demand",
-                    "ErrorCode": code,
-                    "ErrorMessage": message,
-                }
-                for spec, (code, message) in errors
-            ]
+            result.result["Errors"] = errors
         return result
 
     fleet_responses.Fleets.create_fleet = create_fleet
@@ -494,6 +500,54 @@ def install_faults(faults_dir: str) -> None:
         return original(self)
 
     fleets.Fleets.create_fleet = create_fleet
+
+    # InsufficientInstanceCapacity for the instance types listed (one per line) in the file
+    # `insufficient-capacity`: an instant fleet then launches from its other overrides and
+    # reports each refused one in the response's Errors, as EC2 does when a pool is out of
+    # capacity; with no other override it launches nothing. Karpenter marks the refused
+    # offerings unavailable and falls back. (Real EC2 names only the overrides it tried.)
+    from moto.ec2.models import fleets as fleet_models
+
+    for method, lifecycle in (("create_spot_requests", "spot"), ("create_on_demand_requests", "on-demand")):
+        original_method = getattr(fleet_models.Fleet, method)
+
+        def with_lifecycle(self, weight_to_add, _original=original_method, _lifecycle=lifecycle):
+            self.kk_lifecycle = _lifecycle
+            return _original(self, weight_to_add)
+
+        setattr(fleet_models.Fleet, method, with_lifecycle)
+
+    original_counts = fleet_models.Fleet.get_launch_spec_counts
+
+    def get_launch_spec_counts(self, weight_to_add):
+        path = os.path.join(faults_dir, "insufficient-capacity")
+        if not os.path.exists(path):
+            return original_counts(self, weight_to_add)
+        with open(path, encoding="utf-8") as f:
+            short = {line.strip() for line in f if line.strip()}
+        every = self.launch_specs
+        refused = [spec for spec in every if spec.instance_type in short]
+        if not refused:
+            return original_counts(self, weight_to_add)
+        lifecycle = getattr(self, "kk_lifecycle", "on-demand")
+        for spec in refused:
+            print(f"moto_seeded: CreateFleet refused {spec.instance_type} ({lifecycle}): InsufficientInstanceCapacity (lab fault)",
+                  file=sys.stderr, flush=True)
+        self.kk_errors = getattr(self, "kk_errors", []) + [
+            (spec, ("InsufficientInstanceCapacity",
+                    f"We currently do not have sufficient {spec.instance_type} capacity in the Availability Zone "
+                    "you requested. (kubean-karpenter lab fault)"), lifecycle)
+            for spec in refused
+        ]
+        self.launch_specs = [spec for spec in every if spec not in refused]
+        try:
+            if not self.launch_specs:
+                return {}, 0.0
+            return original_counts(self, weight_to_add)
+        finally:
+            self.launch_specs = every
+
+    fleet_models.Fleet.get_launch_spec_counts = get_launch_spec_counts
 
 
 def main() -> int:

@@ -536,7 +536,13 @@ impl Lab {
 
     /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
     pub fn fault(&self, name: &str) {
-        std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), "").unwrap();
+        self.fault_with(name, "");
+    }
+
+    /// A fault whose file says what it applies to (`insufficient-capacity`: instance types,
+    /// one per line).
+    pub fn fault_with(&self, name: &str, content: &str) {
+        std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), content).unwrap();
     }
 
     /// Sends `signal` (`KILL`, `STOP`, `CONT`) to the lab process `name` (`testbed/lab signal`):

@@ -113,3 +113,60 @@ fn karpenter_killed_mid_launch_and_restarted_leaves_no_orphan_and_no_duplicate()
     );
     lab.print_phases();
 }
+
+/// EC2 out of capacity for the pool's cheapest type: moto answers CreateFleet with
+/// InsufficientInstanceCapacity for every m6i.large override (spot and on-demand, in the
+/// response's Errors, as EC2 does) and launches from the others. Karpenter falls back to
+/// another offering, the pods land, and nothing is left without its NodeClaim.
+#[test]
+fn insufficient_capacity_for_the_cheapest_type_falls_back_to_another_offering() {
+    let Some((mut lab, _spec, _bundle)) = Lab::deployed("faults: no capacity for m6i.large", |s| s)
+    else {
+        return;
+    };
+    let log = crate::harness::repo().join(".lab/logs/moto.log");
+    let refusals = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("CreateFleet refused m6i.large")
+            .count()
+    };
+    let before = refusals();
+    lab.fault_with("insufficient-capacity", "m6i.large\n");
+    // One pod (1 CPU) fits the cheapest type, so Karpenter's fleet request lists m6i.large.
+    lab.scale("inflate-workload-general", 1);
+    lab.wait("the inflate pod Running and ready", 4 * MIN, |l| {
+        let pods = inflate_pods(l);
+        (pods.len() == 1 && pods.iter().all(pod_available)).then_some(())
+    });
+    assert!(
+        refusals() > before,
+        "Karpenter never asked for m6i.large: the fault proved nothing"
+    );
+    let types: Vec<String> = lab
+        .nodeclaims()
+        .iter()
+        .filter(|nc| {
+            nc.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("karpenter.sh/nodepool"))
+                .map(String::as_str)
+                == Some("workload-general")
+        })
+        .filter_map(|nc| {
+            nc.metadata
+                .labels
+                .as_ref()?
+                .get("node.kubernetes.io/instance-type")
+                .cloned()
+        })
+        .collect();
+    assert!(!types.is_empty(), "no workload-general NodeClaim");
+    assert!(
+        types.iter().all(|t| t != "m6i.large"),
+        "a claim of the refused type: {types:?}"
+    );
+    live(&format!("   fell back to {types:?}"));
+    assert_no_orphan_no_duplicate(&lab);
+}
