@@ -1,0 +1,4 @@
+//! `kk_fuzz::spec` (fuzz/src/lib.rs) on each input.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kk_fuzz::spec(data));
