@@ -712,6 +712,48 @@ fn booted_instances(prefix: &str) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// The invariants after a fault, once the system has settled: every instance Karpenter
+/// launched that is running belongs to a NodeClaim, every Karpenter Node to a NodeClaim (one
+/// Node per claim), and the pods all run. Returns the claims' provider IDs.
+pub fn assert_no_orphan_no_duplicate(lab: &Lab) -> std::collections::BTreeSet<String> {
+    let claims: std::collections::BTreeSet<String> = lab
+        .nodeclaims()
+        .iter()
+        .filter_map(|nc| nc.data["status"]["providerID"].as_str())
+        .map(str::to_owned)
+        .collect();
+    let running = lab.aws(
+        "ids = [i['InstanceId'] for r in ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']}, {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])['Reservations'] for i in r['Instances']]
+print(' '.join(sorted(ids)))",
+    );
+    let claimed: std::collections::BTreeSet<&str> =
+        claims.iter().filter_map(|p| p.rsplit('/').next()).collect();
+    let running: std::collections::BTreeSet<&str> = running.split_whitespace().collect();
+    assert_eq!(
+        running, claimed,
+        "instances running vs instances of NodeClaims (an orphan, or a claim without its instance)"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for node in lab.nodes() {
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        if !labels.contains_key("karpenter.sh/nodepool") {
+            continue;
+        }
+        let pid = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+            .unwrap_or_default();
+        assert!(
+            claims.contains(&pid),
+            "Node {:?} ({pid}) has no NodeClaim",
+            node.metadata.name
+        );
+        assert!(seen.insert(pid.clone()), "two Nodes for {pid}");
+    }
+    claims
+}
+
 /// Rewrites one key of the join configuration in the SSM store (what a stale or broken
 /// store holds); panics if the store is missing.
 pub fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {

@@ -4,13 +4,12 @@
 //! `testbed/lab signal` (kill -9 / SIGSTOP by pid); the AWS ones through moto's fault switches
 //! (`Lab::fault`).
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-use crate::harness::{Lab, is_true, live, pod_available};
+use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live, pod_available};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -28,47 +27,6 @@ fn inflate_pods(lab: &Lab) -> Vec<Pod> {
                 .is_some_and(|n| n.starts_with("inflate-workload-general"))
         })
         .collect()
-}
-
-/// The invariants after a fault, once the system has settled: every instance Karpenter
-/// launched that is running belongs to a NodeClaim, every Karpenter Node to a NodeClaim (one
-/// Node per claim), and the pods all run. Returns the claims' provider IDs.
-fn assert_no_orphan_no_duplicate(lab: &Lab) -> BTreeSet<String> {
-    let claims: BTreeSet<String> = lab
-        .nodeclaims()
-        .iter()
-        .filter_map(|nc| nc.data["status"]["providerID"].as_str())
-        .map(str::to_owned)
-        .collect();
-    let running = lab.aws(
-        "ids = [i['InstanceId'] for r in ec2.describe_instances(Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']}, {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])['Reservations'] for i in r['Instances']]
-print(' '.join(sorted(ids)))",
-    );
-    let claimed: BTreeSet<&str> = claims.iter().filter_map(|p| p.rsplit('/').next()).collect();
-    let running: BTreeSet<&str> = running.split_whitespace().collect();
-    assert_eq!(
-        running, claimed,
-        "instances running vs instances of NodeClaims (an orphan, or a claim without its instance)"
-    );
-    let mut seen = BTreeSet::new();
-    for node in lab.nodes() {
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        if !labels.contains_key("karpenter.sh/nodepool") {
-            continue;
-        }
-        let pid = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.clone())
-            .unwrap_or_default();
-        assert!(
-            claims.contains(&pid),
-            "Node {:?} ({pid}) has no NodeClaim",
-            node.metadata.name
-        );
-        assert!(seen.insert(pid.clone()), "two Nodes for {pid}");
-    }
-    claims
 }
 
 /// Karpenter killed (SIGKILL, no shutdown) while a NodeClaim is launched but its node has not

@@ -638,3 +638,115 @@ fn health(id: &str, category: &str) -> Value {
         "affectedEntities": [{"entityValue": id}],
     })
 }
+
+/// Several spot warnings at once (a spot pool reclaimed in one go): three spot nodes, each
+/// holding one of the app's pods (a hostname spread), get their two-minute warnings together.
+/// Karpenter drains all three and launches replacements; every pod runs again, no reclaimed
+/// instance outlives its warning, and nothing is left without its NodeClaim.
+#[test]
+fn several_spot_warnings_at_once_drain_every_node_and_lose_no_pod() {
+    let Some((mut lab, _, _)) = Lab::deployed("interruption: three spot warnings at once", |s| s)
+    else {
+        return;
+    };
+    let inflate: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
+    let image = lab
+        .rt
+        .block_on(inflate.get("inflate-workload-general"))
+        .unwrap()
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers[0].image.clone().unwrap_or_default())
+        .unwrap();
+    let spread: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": APP, "namespace": "default"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {"karpenter.sh/nodepool": "workload-general", "karpenter.sh/capacity-type": "spot"},
+                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": APP}}}],
+                    "containers": [{"name": "app", "image": image,
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    remove_budget(&lab);
+    lab.rt
+        .block_on(inflate.create(&PostParams::default(), &spread))
+        .unwrap();
+    let old: Vec<Claim> = lab.wait("3 pods Ready, one on each of 3 spot nodes", 4 * MIN, |l| {
+        let claims: Vec<Claim> = l
+            .nodeclaims()
+            .iter()
+            .filter(|nc| is_true(nc, "Initialized") && !deleting(nc))
+            .map(Claim::of)
+            .filter(|c| ready_on(l, c.node()) == 1)
+            .collect();
+        (claims.len() == 3).then_some(claims)
+    });
+    assert!(old.iter().all(|c| c.offering.2 == "spot"), "{old:?}");
+    let put = Instant::now();
+    for c in &old {
+        put_event(
+            &lab,
+            "aws.ec2",
+            "EC2 Spot Instance Interruption Warning",
+            &[instance_arn(c.instance())],
+            json!({"instance-id": c.instance(), "instance-action": "terminate"}),
+        );
+    }
+    let reclaimed: Vec<String> = old.iter().map(|c| c.node().to_owned()).collect();
+    lab.wait(
+        "3 pods Ready again, none on a reclaimed node",
+        4 * MIN,
+        |l| {
+            let pods = app_pods(l.pods("default"));
+            (pods.len() == 3
+                && pods
+                    .iter()
+                    .all(|p| lab::pod_available(p) && !reclaimed.iter().any(|n| n == node_of(p))))
+            .then_some(())
+        },
+    );
+    let ready = put.elapsed();
+    lab.wait(
+        "the reclaimed claims gone and their instances terminated",
+        2 * MIN,
+        |l| {
+            old.iter()
+                .all(|c| {
+                    claim_named(l, &c.name).is_none()
+                        && matches!(
+                            instance_state(l, c.instance()).as_str(),
+                            "shutting-down" | "terminated"
+                        )
+                })
+                .then_some(())
+        },
+    );
+    let terminated = put.elapsed();
+    eprintln!(
+        "  3 warnings: pods Ready elsewhere after {ready:?}, the 3 instances terminated after {terminated:?}"
+    );
+    assert!(
+        terminated <= WARNING,
+        "warning to termination took {terminated:?}, longer than the two-minute warning"
+    );
+    for c in &old {
+        assert!(
+            events_about(&lab, "SpotInterrupted", &c.name) > 0,
+            "no SpotInterrupted event for {}",
+            c.name
+        );
+    }
+    assert_eq!(queue_depth(&lab), (0, 0), "Karpenter deleted every message");
+    lab::assert_no_orphan_no_duplicate(&lab);
+}
