@@ -261,6 +261,17 @@ pub enum NodeRole {
     Infra,
 }
 
+impl NodeRole {
+    /// As the spec writes it (`control-plane`, `etcd`, `infra`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeRole::ControlPlane => "control-plane",
+            NodeRole::Etcd => "etcd",
+            NodeRole::Infra => "infra",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeanNode {

@@ -26,18 +26,23 @@ const QUEUE: &str = "lab";
 /// AWS's warning comes two minutes before the instance is taken.
 const WARNING: Duration = Duration::from_secs(120);
 
-/// The workload a reclaim must not break: `replicas` small pods of the CPU pool (on spot
-/// capacity when `spot`), and a PodDisruptionBudget keeping `min_available` of them.
-fn workload(lab: &Lab, replicas: i32, min_available: i32, spot: bool) {
+/// The image of the bundle's inflate Deployment (one the lab's nodes run).
+fn inflate_image(lab: &Lab) -> String {
     let inflate: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
-    let image = lab
-        .rt
+    lab.rt
         .block_on(inflate.get("inflate-workload-general"))
         .unwrap()
         .spec
         .and_then(|s| s.template.spec)
         .map(|s| s.containers[0].image.clone().unwrap_or_default())
-        .unwrap();
+        .unwrap()
+}
+
+/// The workload a reclaim must not break: `replicas` small pods of the CPU pool (on spot
+/// capacity when `spot`), and a PodDisruptionBudget keeping `min_available` of them.
+fn workload(lab: &Lab, replicas: i32, min_available: i32, spot: bool) {
+    let inflate: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
+    let image = inflate_image(lab);
     let mut selector = json!({"karpenter.sh/nodepool": "workload-general"});
     if spot {
         selector["karpenter.sh/capacity-type"] = json!("spot");
@@ -650,14 +655,7 @@ fn several_spot_warnings_at_once_drain_every_node_and_lose_no_pod() {
         return;
     };
     let inflate: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
-    let image = lab
-        .rt
-        .block_on(inflate.get("inflate-workload-general"))
-        .unwrap()
-        .spec
-        .and_then(|s| s.template.spec)
-        .map(|s| s.containers[0].image.clone().unwrap_or_default())
-        .unwrap();
+    let image = inflate_image(&lab);
     let spread: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": APP, "namespace": "default"},

@@ -41,14 +41,7 @@ impl Findings<'_> {
 }
 
 fn role_names(roles: &[NodeRole]) -> String {
-    let names: Vec<&str> = roles
-        .iter()
-        .map(|r| match r {
-            NodeRole::ControlPlane => "control-plane",
-            NodeRole::Etcd => "etcd",
-            NodeRole::Infra => "infra",
-        })
-        .collect();
+    let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     format!("[{}]", names.join(", "))
 }
 
@@ -172,8 +165,8 @@ pub fn compare(
             }
             let mut want = node.roles.clone();
             let mut have = found.roles.clone();
-            want.sort_by_key(|r| format!("{r:?}"));
-            have.sort_by_key(|r| format!("{r:?}"));
+            want.sort();
+            have.sort();
             if want != have {
                 f.at(
                     &format!("{at}.roles"),

@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use super::{Discovered, Found};
-use crate::NodeRole;
 
 /// A YAML scalar: bare where it reads back as the same string, double-quoted otherwise.
 fn scalar(text: &str) -> String {
@@ -210,15 +209,7 @@ pub fn write_spec(d: &Discovered) -> String {
                 }
                 None => s.raw("        # privateDnsName: <ip-a-b-c-d.REGION.compute.internal>  # how the AWS CCM finds the instance"),
             }
-            let roles: Vec<&str> = n
-                .roles
-                .iter()
-                .map(|r| match r {
-                    NodeRole::ControlPlane => "control-plane",
-                    NodeRole::Etcd => "etcd",
-                    NodeRole::Infra => "infra",
-                })
-                .collect();
+            let roles: Vec<&str> = n.roles.iter().map(|r| r.as_str()).collect();
             let _ = writeln!(s.text, "        roles: [{}]", roles.join(", "));
         }
     }
