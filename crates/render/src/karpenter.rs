@@ -51,6 +51,17 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
         // The chart's default 2 replicas with required hostname anti-affinity: one per infra node.
         "replicas": names::infra_replicas(spec),
     });
+    // The gates the spec names, each in the chart's map for it; the chart keeps its defaults
+    // for the rest.
+    for (name, on) in &k.feature_gates {
+        if let Some(gate) = kk_spec::feature_gates::find(name) {
+            let map = match gate.family {
+                kk_spec::feature_gates::Family::Core => "featureGates",
+                kk_spec::feature_gates::Family::Aws => "awsFeatureGates",
+            };
+            values["settings"][map][name.as_str()] = json!(on);
+        }
+    }
     if crate::controller_workload::Network::for_aws_caller(spec)
         == crate::controller_workload::Network::Host
     {

@@ -9,6 +9,7 @@
 
 pub mod adopt;
 pub mod ca;
+pub mod feature_gates;
 pub mod iam;
 pub mod images;
 pub mod interruption;

@@ -347,6 +347,10 @@ pub struct Karpenter {
     /// No internet: skip the pricing API.
     #[serde(rename = "isolatedVPC", default)]
     pub isolated_vpc: bool,
+    /// Karpenter's feature gates by the chart's key (`spotToSpotConsolidation: true`); those
+    /// not named keep the chart's default ([`crate::feature_gates::GATES`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub feature_gates: BTreeMap<String, bool>,
 }
 
 impl Default for Karpenter {
@@ -357,6 +361,7 @@ impl Default for Karpenter {
             credentials: ControllerCredentials::default(),
             interruption_queue: None,
             isolated_vpc: false,
+            feature_gates: BTreeMap::new(),
         }
     }
 }

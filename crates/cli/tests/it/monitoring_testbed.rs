@@ -195,3 +195,79 @@ fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd
     .unwrap();
     apply_once_served(&tb, &[], file.to_str().unwrap());
 }
+
+/// `karpenter.featureGates` reaches the controller as the chart maps it: `helm template` of the
+/// pinned chart with the bundle's values sets FEATURE_GATES and AWS_FEATURE_GATES with the
+/// spec's gates on and every other gate at the chart's default.
+#[test]
+fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() {
+    let test = "Karpenter's feature gates";
+    let Some(tb) = kk_live::testbed::require(&repo(), test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(helm) = helm(test) else { return };
+    let Some(chart) = go_module_dir(KARPENTER_MODULE, "charts/karpenter", test, dir.path()) else {
+        return;
+    };
+    let gated = std::fs::read_to_string(repo().join("fixtures/specs/secrets-manager-arm.yaml"))
+        .unwrap()
+        .replace(
+            "    isolatedVPC: true\n",
+            "    isolatedVPC: true\n    featureGates: {spotToSpotConsolidation: true, nodeClassCEL: true, reservedCapacity: false}\n",
+        );
+    let spec = repo()
+        .join("fixtures/specs")
+        .join(format!("gates-{}.yaml", std::process::id()));
+    std::fs::write(&spec, gated).unwrap();
+    let bundle = dir.path().join("bundle");
+    let out = cli(
+        &tb,
+        &[
+            "render",
+            spec.to_str().unwrap(),
+            "-o",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    let _ = std::fs::remove_file(&spec);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = std::process::Command::new(&helm)
+        .args(["template", "karpenter"])
+        .arg(&chart)
+        .args(["--namespace", "karpenter", "-f"])
+        .arg(bundle.join("karpenter/values.yaml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    let env = |name: &str| {
+        let at = rendered
+            .find(&format!("name: {name}\n"))
+            .unwrap_or_else(|| panic!("no {name} in the chart's Deployment"));
+        rendered[at..]
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let core = env("FEATURE_GATES");
+    for want in [
+        "SpotToSpotConsolidation=true",
+        "ReservedCapacity=false",
+        "NodeRepair=false",
+        "StaticCapacity=false",
+    ] {
+        assert!(core.contains(want), "{want} not in {core}");
+    }
+    assert!(
+        env("AWS_FEATURE_GATES").contains("NodeClassCEL=true"),
+        "{}",
+        env("AWS_FEATURE_GATES")
+    );
+}

@@ -23,5 +23,17 @@ pub(super) fn karpenter(p: &mut Problems, at: &FieldPath, k: &Karpenter) {
             format!("{secret:?} is not a Secret name (a DNS subdomain)"),
         ));
     }
+    for name in k.feature_gates.keys() {
+        if crate::feature_gates::find(name).is_none() {
+            let known: Vec<&str> = crate::feature_gates::GATES.iter().map(|g| g.name).collect();
+            p.push((
+                at.key("featureGates").key(name),
+                format!(
+                    "{name:?} is not a feature gate of Karpenter's chart 1.15.2 (its values.yaml's keys: {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
     // The interruption queue's name is checked with the rest of the queue (interruption.rs).
 }
