@@ -16,6 +16,7 @@ mod completion;
 mod crd_testbed;
 mod disrupt_testbed;
 mod doctor_drift_testbed;
+mod fuzz_corpus;
 mod kueue_testbed;
 mod lint;
 mod mirror_registry;
