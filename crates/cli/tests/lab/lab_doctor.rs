@@ -479,6 +479,11 @@ fn doctor_fails_cluster_id_tag_and_infra_hop_limit_for_kubean_instances() {
         serde_json::from_str(&std::fs::read_to_string(lab::repo().join(".lab/seed.json")).unwrap())
             .unwrap();
     let id = seed["controlPlaneInstance"].as_str().unwrap();
+    // An earlier test may have adopted the lab, and its apply tagged the instance as the spec's
+    // Kubean node: this test's precondition is the untagged instance, so make it so.
+    lab.aws(&format!(
+        "ec2.delete_tags(Resources=['{id}'], Tags=[{{'Key': 'kubernetes.io/cluster/lab'}}])"
+    ));
     let az = lab.aws(&format!("print(ec2.describe_instances(InstanceIds=['{id}'])['Reservations'][0]['Instances'][0]['Placement']['AvailabilityZone'])"));
     fake_node(
         &lab,
