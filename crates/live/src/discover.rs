@@ -44,12 +44,9 @@ pub async fn observe(sources: &Sources<'_>) -> Observed {
     let mut o = Observed::default();
     kube_side(sources.cluster, &mut o).await;
     let management = sources.management.unwrap_or(sources.cluster);
-    o.kubean = kubean(management, &o, &mut o.unreadable.clone())
-        .await
-        .unwrap_or_else(|e| {
-            o.unreadable.push(e);
-            None
-        });
+    let mut unreadable = Vec::new();
+    o.kubean = kubean(management, &o, &mut unreadable).await;
+    o.unreadable.extend(unreadable);
     if let Some(sdk) = sources.aws {
         o.aws = Some(aws_side(sdk, &sources.region_from, &mut o).await);
     }
@@ -199,21 +196,24 @@ fn kubean_api(client: &Client, kind: &str) -> Api<DynamicObject> {
 
 /// Kubean's Cluster for this cluster: the one whose inventory holds a Node's address (the only
 /// one when there is one), with its hosts and vars ConfigMaps and newest ClusterOperation.
+/// Each read refused on the way goes to `unreadable`.
 async fn kubean(
     client: &Client,
     o: &Observed,
-    _: &mut Vec<String>,
-) -> Result<Option<ObservedKubean>, String> {
+    unreadable: &mut Vec<String>,
+) -> Option<ObservedKubean> {
     let clusters = match kubean_api(client, "Cluster")
         .list(&ListParams::default())
         .await
     {
         Ok(list) => list.items,
         // No Kubean here (no CRD): not an error, nothing to read.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
-        Err(e) => return Err(denied(e, "list Kubean Clusters (kubean.io)")),
+        Err(kube::Error::Api(s)) if s.code == 404 => return None,
+        Err(e) => {
+            unreadable.push(denied(e, "list Kubean Clusters (kubean.io)"));
+            return None;
+        }
     };
-    let mut unreadable = Vec::new();
     let mut candidates = Vec::new();
     for cluster in &clusters {
         let reference = |key: &str| {
@@ -224,17 +224,15 @@ async fn kubean(
             ))
         };
         let hosts = match reference("hostsConfRef") {
-            Some((ns, name)) => config_map_key(client, &ns, &name, "hosts.yml", &mut unreadable)
+            Some((ns, name)) => config_map_key(client, &ns, &name, "hosts.yml", unreadable)
                 .await
                 .map(|t| (ns, name, t)),
             None => None,
         };
         let vars = match reference("varsConfRef") {
-            Some((ns, name)) => {
-                config_map_key(client, &ns, &name, "group_vars.yml", &mut unreadable)
-                    .await
-                    .map(|t| (name, t))
-            }
+            Some((ns, name)) => config_map_key(client, &ns, &name, "group_vars.yml", unreadable)
+                .await
+                .map(|t| (name, t)),
             None => None,
         };
         let holds_a_node = hosts.as_ref().is_some_and(|(_, _, text)| {
@@ -250,23 +248,26 @@ async fn kubean(
         None if candidates.len() == 1 => candidates.pop(),
         None => None,
     };
-    let Some((cluster, hosts, vars, _, ssh)) = chosen else {
-        return Ok(None);
-    };
+    let (cluster, hosts, vars, _, ssh) = chosen?;
     let name = cluster.name_any();
-    let operations = kubean_api(client, "ClusterOperation")
+    let operations = match kubean_api(client, "ClusterOperation")
         .list(&ListParams::default())
         .await
-        .map_err(|e| denied(e, "list Kubean ClusterOperations"))?;
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            unreadable.push(denied(e, "list Kubean ClusterOperations"));
+            Vec::new()
+        }
+    };
     let newest = operations
-        .items
         .iter()
         .filter(|op| op.data.pointer("/spec/cluster").and_then(Value::as_str) == Some(&name))
         .max_by_key(|op| op.metadata.creation_timestamp.clone().map(|t| t.0));
     let namespace = hosts
         .as_ref()
         .map_or_else(|| "kubean-system".to_owned(), |(ns, _, _)| ns.clone());
-    Ok(Some(ObservedKubean {
+    Some(ObservedKubean {
         namespace,
         cluster: name,
         hosts: hosts.map(|(_, name, text)| (name, text)),
@@ -278,7 +279,7 @@ async fn kubean(
                 op.data.pointer("/spec/image")?.as_str()?.to_owned(),
             ))
         }),
-    }))
+    })
 }
 
 fn tags_of(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
