@@ -108,6 +108,32 @@ fn helm(test: &str) -> Option<PathBuf> {
     Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()).join("bin/helm"))
 }
 
+/// `helm template karpenter CHART --namespace NS EXTRA -f VALUES`: the manifests, or a panic
+/// with helm's error.
+fn helm_template(
+    helm: &std::path::Path,
+    chart: &std::path::Path,
+    namespace: &str,
+    extra: &[&str],
+    values: &std::path::Path,
+) -> String {
+    let out = std::process::Command::new(helm)
+        .args(["template", "karpenter"])
+        .arg(chart)
+        .args(["--namespace", namespace])
+        .args(extra)
+        .arg("-f")
+        .arg(values)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd() {
     let _turn = crate::testbed_apply_turn();
@@ -155,25 +181,13 @@ fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd
 
     // helm template as an API that serves monitoring.coreos.com/v1 (the chart's own condition).
     let namespace = unique("kmon");
-    let out = std::process::Command::new(&helm)
-        .args(["template", "karpenter"])
-        .arg(&chart)
-        .args([
-            "--namespace",
-            &namespace,
-            "--api-versions",
-            "monitoring.coreos.com/v1",
-            "-f",
-        ])
-        .arg(&values)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let rendered = helm_template(
+        &helm,
+        &chart,
+        &namespace,
+        &["--api-versions", "monitoring.coreos.com/v1"],
+        &values,
     );
-    let rendered = String::from_utf8(out.stdout).unwrap();
     let monitor = rendered
         .split("\n---")
         .find(|doc| doc.contains("\nkind: ServiceMonitor"))
@@ -232,19 +246,13 @@ fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() 
     );
     let _ = std::fs::remove_file(&spec);
     assert!(out.status.success(), "{}", text(&out));
-    let out = std::process::Command::new(&helm)
-        .args(["template", "karpenter"])
-        .arg(&chart)
-        .args(["--namespace", "karpenter", "-f"])
-        .arg(bundle.join("karpenter/values.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let rendered = helm_template(
+        &helm,
+        &chart,
+        "karpenter",
+        &[],
+        &bundle.join("karpenter/values.yaml"),
     );
-    let rendered = String::from_utf8(out.stdout).unwrap();
     let env = |name: &str| {
         let at = rendered
             .find(&format!("name: {name}\n"))
