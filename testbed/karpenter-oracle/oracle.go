@@ -26,10 +26,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakecr "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/apis/v1alpha1"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider/fake"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/overlay"
+	"sigs.k8s.io/karpenter/pkg/controllers/nodeoverlay"
 	"sigs.k8s.io/karpenter/pkg/controllers/provisioning"
 	scheduler "sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling"
 	"sigs.k8s.io/karpenter/pkg/controllers/state"
@@ -106,9 +110,11 @@ var nodeClassGK = object.GVK(&testv1alpha1.TestNodeClass{}).GroupKind()
 // built is one scenario turned into Karpenter objects (fresh for every run:
 // the scheduler mutates what it is given).
 type built struct {
-	ctx           context.Context
-	kubeClient    client.Client
-	cloudProvider *fake.CloudProvider
+	ctx        context.Context
+	kubeClient client.Client
+	// cloudProvider is the fake cloud provider, decorated with the NodeOverlay store when the
+	// scenario has overlays (as Karpenter's operator decorates its provider).
+	cloudProvider cloudprovider.CloudProvider
 	cluster       *state.Cluster
 	provisioner   *provisioning.Provisioner
 	pendingPods   []*corev1.Pod // as given, after defaulting
@@ -281,7 +287,11 @@ func synthesizeNodeClaim(node *corev1.Node, pools map[string]*karpv1.NodePool) *
 }
 
 func build(sc *Scenario, cfg RunConfig) (*built, error) {
-	opts := test.Options(test.OptionsFields{CPURequests: lo.ToPtr(cfg.CPURequests)})
+	optsFields := test.OptionsFields{CPURequests: lo.ToPtr(cfg.CPURequests)}
+	if len(sc.NodeOverlays) > 0 {
+		optsFields.FeatureGates.NodeOverlay = lo.ToPtr(true)
+	}
+	opts := test.Options(optsFields)
 	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), opts)
 
 	its := make([]*cloudprovider.InstanceType, 0, len(sc.InstanceTypes))
@@ -389,6 +399,14 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		objs = append(objs, p)
 	}
 
+	for i := range sc.NodeOverlays {
+		overlay := sc.NodeOverlays[i].DeepCopy()
+		overlay.ResourceVersion = ""
+		if overlay.UID == "" {
+			overlay.UID = types.UID("nodeoverlay-" + overlay.Name)
+		}
+		objs = append(objs, overlay)
+	}
 	var daemonSets []*appsv1.DaemonSet
 	for i := range sc.DaemonSets {
 		ds := sc.DaemonSets[i].DeepCopy()
@@ -419,6 +437,7 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 	var kubeClient client.Client = fakecr.NewClientBuilder().
 		WithScheme(scheme.Scheme).
 		WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.NodeOverlay{}).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string {
 			return []string{o.(*corev1.Pod).Spec.NodeName}
 		}).
@@ -437,7 +456,22 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 	if cfg.Clock != nil {
 		clk = cfg.Clock
 	}
-	cluster := state.NewCluster(clk, kubeClient, cp)
+	// As the operator wires it (kwok/main.go): the NodeOverlay store, the provider decorated
+	// with it for everything that schedules, and the overlay controller, which reads the
+	// undecorated provider, validates every overlay and fills the store. One Reconcile is what
+	// the controller does when the overlays or NodePools change.
+	var provider cloudprovider.CloudProvider = cp
+	var store *nodeoverlay.InstanceTypeStore
+	if len(sc.NodeOverlays) > 0 {
+		store = nodeoverlay.NewInstanceTypeStore()
+		provider = overlay.Decorate(cp, kubeClient, store)
+	}
+	cluster := state.NewCluster(clk, kubeClient, provider)
+	if store != nil {
+		if _, err := nodeoverlay.NewController(clk, kubeClient, cp, store, cluster).Reconcile(ctx, reconcile.Request{}); err != nil {
+			return nil, fmt.Errorf("nodeoverlay controller: %w", err)
+		}
+	}
 	// Feed cluster state the way its informers would.
 	for _, nc := range nodeClaims {
 		cluster.UpdateNodeClaim(nc)
@@ -458,14 +492,14 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		}
 	}
 	recorder := events.NewRecorder(&record.FakeRecorder{})
-	prov := provisioning.NewProvisioner(kubeClient, recorder, cp, cluster, clk, nil, virtualpods.NewVirtualPodCache(kubeClient))
+	prov := provisioning.NewProvisioner(kubeClient, recorder, provider, cluster, clk, nil, virtualpods.NewVirtualPodCache(kubeClient))
 	return &built{
 		nodeClaims:    nodeClaims,
 		pools:         pools,
 		clock:         clk,
 		ctx:           ctx,
 		kubeClient:    kubeClient,
-		cloudProvider: cp,
+		cloudProvider: provider,
 		cluster:       cluster,
 		provisioner:   prov,
 		pendingPods:   pending,

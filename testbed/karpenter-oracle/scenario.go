@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/apis/v1alpha1"
 )
 
 // Scenario is one input to the scheduler: the cluster as Karpenter's
@@ -37,6 +38,10 @@ type Scenario struct {
 	PDBs []policyv1.PodDisruptionBudget `json:"pdbs,omitempty"`
 	// Disruption, when present, makes this a disruption scenario (see disrupt.go).
 	Disruption *DisruptionSpec `json:"disruption,omitempty"`
+	// NodeOverlays (karpenter.sh/v1alpha1) adjust the capacity and price of the instance types
+	// they select. Giving any turns Karpenter's NodeOverlay feature gate on (alpha, off by
+	// default); without them the gate stays off, as in production.
+	NodeOverlays []v1alpha1.NodeOverlay `json:"nodeOverlays,omitempty"`
 }
 
 // DisruptionSpec sets the disruption controller's clock and feature gate.
@@ -141,7 +146,7 @@ func checkKeys(data []byte) error {
 	if err := json.Unmarshal(data, &top); err != nil {
 		return err
 	}
-	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets", "pdbs", "disruption"); err != nil {
+	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets", "pdbs", "disruption", "nodeOverlays"); err != nil {
 		return err
 	}
 	var its []map[string]json.RawMessage
