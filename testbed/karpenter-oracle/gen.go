@@ -38,6 +38,7 @@ func cmdGenerate(args []string) error {
 	count := fs.Int("count", 500, "number of scenarios")
 	extended := fs.Bool("extended", false, "also generate the features of extendedFeatures (from a random stream of their own, so scenarios without the flag stay byte-identical)")
 	reserved := fs.Bool("reserved", false, "also generate capacity reservations and the pools and pods that use them (a stream of their own, as --extended)")
+	staticOverlay := fs.Bool("static-overlay", false, "also generate static NodePools with their nodes and NodeOverlays on GPU types (a stream of their own, as --extended)")
 	out := fs.String("out", "", "output directory")
 	if rest := parseInterleaved(fs, args); len(rest) > 0 {
 		return fmt.Errorf("generate: unexpected arguments %v", rest)
@@ -51,7 +52,7 @@ func cmdGenerate(args []string) error {
 	tags := map[string]int{}
 	var total int64
 	for i := 0; i < *count; i++ {
-		sc := generateScenario(*seed, i, *extended, *reserved)
+		sc := generateScenario(*seed, i, *extended, *reserved, *staticOverlay)
 		for _, t := range sc.Tags {
 			tags[t]++
 		}
@@ -105,6 +106,9 @@ func scenarioJSON(sc *Scenario) []byte {
 	arr("instanceTypes", len(sc.InstanceTypes), func(i int) any { return sc.InstanceTypes[i] }, false)
 	arr("existingNodes", len(sc.ExistingNodes), func(i int) any { return sc.ExistingNodes[i] }, false)
 	arr("daemonSets", len(sc.DaemonSets), func(i int) any { return sc.DaemonSets[i] }, false)
+	if len(sc.NodeOverlays) > 0 {
+		arr("nodeOverlays", len(sc.NodeOverlays), func(i int) any { return sc.NodeOverlays[i] }, false)
+	}
 	arr("pods", len(sc.Pods), func(i int) any { return sc.Pods[i] }, true)
 	buf.WriteString("}\n")
 	return buf.Bytes()
@@ -201,6 +205,8 @@ type gen struct {
 	extended bool
 	x        *rand.Rand
 	// y: the --reserved draws (gen_reserved.go), a stream of their own.
+	// z: the --static-overlay draws (gen_static.go), another.
+	z *rand.Rand
 	y        *rand.Rand
 	pools    []*karpv1.NodePool
 	// reservedTypes: the types that got a reservation (gen_reserved.go).
@@ -399,8 +405,9 @@ func (g *gen) extras(spec *corev1.PodSpec, w *workload, earlier []*workload) {
 	}
 }
 
-func generateScenario(seed int64, idx int, extended, reserved bool) *Scenario {
+func generateScenario(seed int64, idx int, extended, reserved, staticOverlay bool) *Scenario {
 	g := &gen{
+		z:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + staticStreamID)),
 		extended: extended,
 		y:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + reservedStreamID)),
 		x:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + extendedStreamID)),
@@ -456,6 +463,12 @@ func generateScenario(seed int64, idx int, extended, reserved bool) *Scenario {
 	if g.features[featExisting] || g.chance(0.1) {
 		g.features[featExisting] = true
 		sc.ExistingNodes = g.existingNodes(workloads, dss)
+	}
+	if staticOverlay && g.z.Float64() < staticPoolShare {
+		g.staticPool(sc)
+	}
+	if staticOverlay && g.z.Float64() < nodeOverlayShare {
+		g.nodeOverlays(sc)
 	}
 	for _, w := range workloads {
 		sc.Pods = append(sc.Pods, w.pods...)
