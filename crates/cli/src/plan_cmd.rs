@@ -185,7 +185,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
         write_html(path, &plan, &input)?;
     }
     if args.output == "json" {
-        out.write_all(plan.to_json().as_bytes())?;
+        let mut buffered = std::io::BufWriter::new(&mut out);
+        plan.write_json(&mut buffered)?;
+        buffered.flush()?;
     } else if args.output == "yaml" {
         out.write_all(kk_model::yaml::to_yaml(&plan)?.as_bytes())?;
     } else {

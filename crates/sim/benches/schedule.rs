@@ -18,7 +18,7 @@ use std::time::Instant;
 use kk_catalog::{
     Arch, CapacityType, Catalog, InstanceType, OfferingConfig, OverheadModel, PriceTable, Resources,
 };
-use kk_sim::model::{LabelSelector, Pod, PodAffinityTerm, Policy, Pool, SpreadConstraint};
+use kk_sim::model::{LabelSelector, Pod, PodAffinityTerm, PodSpec, Policy, Pool, SpreadConstraint};
 use kk_sim::{Input, Options, Requirements, simulate};
 
 struct Rng(u64);
@@ -123,25 +123,28 @@ fn fake_catalog(total: usize) -> Catalog {
 fn base_pod(rng: &mut Rng, name: String, labels: BTreeMap<String, String>) -> Pod {
     let cpu = *rng.pick(&[100i64, 250, 500, 1000, 1500]);
     let mem = *rng.pick(&[100i64, 256, 512, 1024, 2048, 4096]);
-    Pod {
-        namespace: "default".into(),
-        owner: format!("pod/{name}"),
+    let owner = format!("pod/{name}");
+    Pod::new(
+        "default".into(),
         name,
-        labels,
-        requests: [("cpu".to_owned(), cpu), ("memory".to_owned(), mem << 20)].into(),
-        tolerations: Vec::new(),
-        node_selector: BTreeMap::new(),
-        required_terms: None,
-        preferred_terms: Vec::new(),
-        affinity: Vec::new(),
-        preferred_affinity: Vec::new(),
-        anti_affinity: Vec::new(),
-        preferred_anti_affinity: Vec::new(),
-        spread: Vec::new(),
-        created: None,
-        host_ports: Vec::new(),
-        invalid: None,
-    }
+        PodSpec {
+            owner,
+            labels,
+            requests: [("cpu".to_owned(), cpu), ("memory".to_owned(), mem << 20)].into(),
+            tolerations: Vec::new(),
+            node_selector: BTreeMap::new(),
+            required_terms: None,
+            preferred_terms: Vec::new(),
+            affinity: Vec::new(),
+            preferred_affinity: Vec::new(),
+            anti_affinity: Vec::new(),
+            preferred_anti_affinity: Vec::new(),
+            spread: Vec::new(),
+            created: None,
+            host_ports: Vec::new(),
+            invalid: None,
+        },
+    )
 }
 
 fn one_label(rng: &mut Rng, key: &str) -> BTreeMap<String, String> {
@@ -252,7 +255,7 @@ fn main() {
     let sizes: Vec<usize> = std::env::var("KK_SIM_BENCH_SIZES")
         .ok()
         .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![100, 1_000, 5_000, 20_000]);
+        .unwrap_or_else(|| vec![100, 1_000, 5_000, 20_000, 100_000]);
     for count in sizes {
         let mut rng = Rng(42);
         let pods = diverse_pods(&mut rng, count);

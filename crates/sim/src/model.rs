@@ -1,6 +1,8 @@
 //! The simulator's own view of pods, taints, node pools and nodes: only what scheduling reads.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use kk_catalog::KubeletOverrides;
 
@@ -90,11 +92,19 @@ pub struct SpreadConstraint {
     pub match_label_keys: Vec<String>,
 }
 
-/// One pod to place, with everything the scheduler reads.
+/// One pod to place: its namespace and name, and the spec it shares with the other replicas of
+/// its workload (a Deployment of 100,000 replicas holds one spec, not 100,000 copies). Reads go
+/// through to the spec; a write (relaxing a preference) copies it first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pod {
     pub namespace: String,
     pub name: String,
+    pub spec: Arc<PodSpec>,
+}
+
+/// Everything the scheduler reads of a pod but its name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSpec {
     /// `kind/name` of the workload it came from (`deploy/web`), for grouping in output.
     pub owner: String,
     pub labels: BTreeMap<String, String>,
@@ -119,9 +129,31 @@ pub struct Pod {
 }
 
 impl Pod {
+    pub fn new(namespace: String, name: String, spec: PodSpec) -> Pod {
+        Pod {
+            namespace,
+            name,
+            spec: Arc::new(spec),
+        }
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+impl Deref for Pod {
+    type Target = PodSpec;
+    fn deref(&self) -> &PodSpec {
+        &self.spec
+    }
+}
+
+impl DerefMut for Pod {
+    /// Copy on write: the other replicas keep the spec they share.
+    fn deref_mut(&mut self) -> &mut PodSpec {
+        Arc::make_mut(&mut self.spec)
     }
 }
 

@@ -122,6 +122,11 @@ impl Reservations {
         }
     }
 
+    /// No offering of the catalog is reserved: no claim can hold anything.
+    pub fn is_empty(&self) -> bool {
+        self.left.is_empty()
+    }
+
     pub fn can_reserve(&self, host: u32, id: &str) -> bool {
         self.holds(host, id) || self.left.get(id).is_some_and(|n| *n > 0)
     }

@@ -352,6 +352,13 @@ impl Plan {
         s
     }
 
+    /// [`Plan::to_json`]'s bytes, written as they are made: a plan of 100,000 pods is never
+    /// held twice (once built, once as text).
+    pub fn write_json<W: std::io::Write>(&self, mut out: W) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut out, self)?;
+        out.write_all(b"\n")
+    }
+
     /// The human table: one row per NodeClaim, existing nodes used, Pending pods by reason.
     pub fn render_table(&self) -> String {
         let mut out = String::new();

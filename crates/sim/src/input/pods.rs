@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1 as core;
 
 use super::read::{Ctx, join, quantity, selector};
 use crate::labels;
-use crate::model::{Pod, PodAffinityTerm, Policy, SelectorReq, SpreadConstraint, Term, Toleration};
+use crate::model::{
+    Pod, PodAffinityTerm, PodSpec, Policy, SelectorReq, SpreadConstraint, Term, Toleration,
+};
 use crate::req::{Operator, Requirement, Requirements};
 
 fn selector_req(
@@ -400,9 +402,7 @@ pub(super) fn pod_from_spec(
     if ctx.errors.len() > before {
         return None;
     }
-    let mut pod = Pod {
-        namespace: ns,
-        name,
+    let mut pod_spec = PodSpec {
         owner,
         labels: labels_map,
         requests: containers,
@@ -419,16 +419,15 @@ pub(super) fn pod_from_spec(
         host_ports,
         invalid,
     };
-    let (reqs, _) = (Requirements::from_labels(&pod.node_selector), ());
-    let mut all = reqs;
-    if let Some(first) = pod.required_terms.as_ref().and_then(|t| t.first()) {
+    let mut all = Requirements::from_labels(&pod_spec.node_selector);
+    if let Some(first) = pod_spec.required_terms.as_ref().and_then(|t| t.first()) {
         all.add_all(&crate::model::term_requirements(first));
     }
     if all
         .get_ref(labels::NODEPOOL)
         .is_some_and(|r| r.operator() == Operator::DoesNotExist)
     {
-        pod.invalid.get_or_insert("configured to not run on a Karpenter provisioned node (karpenter.sh/nodepool DoesNotExist)".into());
+        pod_spec.invalid.get_or_insert("configured to not run on a Karpenter provisioned node (karpenter.sh/nodepool DoesNotExist)".into());
     }
-    Some(pod)
+    Some(Pod::new(ns, name, pod_spec))
 }

@@ -30,6 +30,11 @@ impl Scheduler<'_> {
         reqs: &Requirements,
         types: &Bits,
     ) -> Result<Vec<Arc<str>>, String> {
+        // Without reservations the walk below can only find fallbacks: skip it, it is most of
+        // a large plan's time (every pod against every in-flight claim).
+        if self.reservations.is_empty() {
+            return Ok(Vec::new());
+        }
         let claim = &self.claims[c];
         let pool = &self.pools[claim.pool];
         let filter = OfferingFilter::new(reqs);

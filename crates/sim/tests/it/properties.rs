@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use kk_catalog::{Catalog, KubeletOverrides};
 use kk_sim::model::{
-    Effect, LabelSelector, Pod, PodAffinityTerm, Policy, Pool, SelectorReq, SpreadConstraint,
-    Taint, Toleration, TolerationOp, untolerated,
+    Effect, LabelSelector, Pod, PodAffinityTerm, PodSpec, Policy, Pool, SelectorReq,
+    SpreadConstraint, Taint, Toleration, TolerationOp, untolerated,
 };
 use kk_sim::{Input, Operator, Options, Requirement, Requirements, simulate, solve};
 use proptest::prelude::*;
@@ -169,9 +169,7 @@ fn build(pools: &[PoolSpec], work: &[WorkSpec]) -> Input {
                 match_labels: labels.clone(),
                 match_expressions: Vec::new(),
             });
-            pods.push(Pod {
-                namespace: "default".into(),
-                name: format!("w{w}-{r}"),
+            let pod_spec = PodSpec {
                 owner: format!("deploy/w{w}"),
                 labels: labels.clone(),
                 requests,
@@ -223,7 +221,8 @@ fn build(pools: &[PoolSpec], work: &[WorkSpec]) -> Input {
                 created: None,
                 host_ports: Vec::new(),
                 invalid: None,
-            });
+            };
+            pods.push(Pod::new("default".into(), format!("w{w}-{r}"), pod_spec));
         }
     }
     Input {
