@@ -517,31 +517,39 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
         let (got, mut outcomes) = norm(true);
         let mut matched = strict_match.or_else(|| outcomes.iter().position(|o| *o == got));
         let mut expected = expected;
-        // A fresh scenario every recorded solve agreed on may still be a Go map-order tie whose
-        // other branch is rare: solve it again, many more times, before calling it a kk-sim bug.
+        let recorded_nondeterministic = expected["deterministic"] == Value::Bool(false);
+        // A fresh scenario kk-sim matches in neither outcome nor (when the oracle disagreed with
+        // itself) shape may still be a Go map-order tie whose other branch is rare: 16 solves
+        // see a 1-in-20 branch only half the time. Solve it again, many more times, before
+        // calling it a kk-sim bug.
         if matched.is_none()
             && mode == Mode::Fresh
-            && expected["deterministic"] != Value::Bool(false)
+            && !(recorded_nondeterministic && outcomes.iter().any(|o| shape(o) == shape(&got)))
             && let Some(again) = resolve_again(path)
         {
-            outcomes = std::iter::once(&again)
-                .chain(
-                    again
-                        .get("variants")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten(),
-                )
-                .map(|o| normalize(o, true))
-                .collect();
-            if let Some(i) = outcomes.iter().position(|o| *o == got) {
+            // The recorded outcomes stay: together with the new ones they are the sample.
+            let recorded = outcomes.len();
+            outcomes.extend(
+                std::iter::once(&again)
+                    .chain(
+                        again
+                            .get("variants")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten(),
+                    )
+                    .map(|o| normalize(o, true)),
+            );
+            if let Some(i) = outcomes[recorded..].iter().position(|o| *o == got) {
                 println!(
-                    "differential: {name}: every recorded solve agreed, but {} more solves found kk-sim's outcome (variant {i})",
+                    "differential: {name}: {} more solves found kk-sim's outcome (variant {i})",
                     again["runs"]
                 );
-                matched = Some(i.max(1));
+                matched = Some(recorded + i);
             }
-            expected = again;
+            if outcomes.iter().any(|o| *o != outcomes[0]) {
+                expected["deterministic"] = Value::Bool(false);
+            }
         }
         if let Some(i) = matched {
             agree += 1;
