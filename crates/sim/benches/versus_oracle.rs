@@ -7,7 +7,7 @@
 //! (reading the scenario is not timed, as the oracle does not time its setup).
 //!
 //! ```sh
-//! cargo bench -p kk-sim --bench versus_oracle                       # 100,1000,5000,20000
+//! cargo bench -p kk-sim --bench versus_oracle                       # 5000,20000,100000
 //! KK_BENCH_SIZES=100,1000,5000 cargo bench -p kk-sim --bench versus_oracle
 //! ```
 //!
@@ -46,7 +46,7 @@ fn oracle_times(bin: &Path, sizes: &str) -> Vec<(usize, usize, usize, f64)> {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
-    let sizes = std::env::var("KK_BENCH_SIZES").unwrap_or_else(|_| "100,1000,5000,20000".into());
+    let sizes = std::env::var("KK_BENCH_SIZES").unwrap_or_else(|_| "5000,20000,100000".into());
     let sizes: Vec<usize> = sizes
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
