@@ -81,6 +81,12 @@ pub struct PlanArgs {
     /// With --disrupt: Karpenter's SpotToSpotConsolidation feature gate (off by default).
     #[arg(long, requires = "disrupt")]
     spot_to_spot: bool,
+    /// With --disrupt: each consolidation method's wall-clock limit per pass (30s, 1m), like
+    /// Karpenter's own (multi-node consolidation 1m, single-node 3m). Past it, multi-node
+    /// keeps the best command found so far, single-node gives up the pass, and the output's
+    /// warnings say so. Default: no limit (the result does not depend on the machine).
+    #[arg(long, value_name = "DURATION", requires = "disrupt")]
+    budget_time: Option<String>,
     /// With --disrupt: instead of the disruption loop, what happens if this capacity is
     /// reclaimed and stays unavailable (spot, spot:g6.xlarge, on-demand, type:T, zone:Z;
     /// comma-separated terms all match): its nodes removed at once, its offerings

@@ -79,12 +79,21 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| Failure(format!("--reclaim: {e}")))?;
     let change = read_change(args, &opts, &state)?;
     let drift = change.map(|c| disrupt::drift::apply(&mut state, &c, base + at));
+    let budget = match &args.budget_time {
+        Some(d) => match clock::parse_duration(d) {
+            Ok(s) if s > 0 => Some(s as f64),
+            Ok(_) => return Err(Failure("--budget-time: must be more than 0s".into())),
+            Err(e) => return Err(Failure(format!("--budget-time: {e}"))),
+        },
+        None => None,
+    };
     let options = disrupt::Options {
         now: base + at,
         spot_to_spot: args.spot_to_spot,
         explain: args.explain.clone(),
         max_rounds: 100_000,
         first_pass_candidates: false,
+        watch: Some(watch(budget)),
         reclaim,
     };
     let mut report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
@@ -103,6 +112,19 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The CLI's clock for `--budget-time`, and progress on stderr (at most once a second, so a
+/// run under a second prints none).
+fn watch(budget_seconds: Option<f64>) -> disrupt::Watch {
+    let start = std::time::Instant::now();
+    disrupt::Watch {
+        clock: std::sync::Arc::new(move || start.elapsed().as_secs_f64()),
+        budget_seconds,
+        progress: Some(std::sync::Arc::new(|line: &str| {
+            eprintln!("plan --disrupt: {line}");
+        })),
+    }
 }
 
 /// The change of `--nodeclass`, `--nodepool` and `--spec`, read like a state; `None` without

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use kk_catalog::resources::format_quantity;
 use serde::Serialize;
 
-use crate::solver::{Input, Outcome, Placement, Scheduler, launch};
+use crate::solver::{Input, Outcome, Placement, launch};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -151,11 +151,11 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
 /// Pods that wait for a capacity reservation another NodeClaim of the same loop holds are
 /// placed by Karpenter's next loop, simulated too ([`crate::next_loop`]).
 pub fn solve(input: &Input) -> Plan {
-    let outcome = Scheduler::new(input, None).solve();
+    let outcome = crate::solver::solve(input, None);
     let mut plan = build(input, &outcome);
     if !outcome.waiting.is_empty() {
         let next = crate::next_loop::next_input(input, &outcome, &plan);
-        let second = Scheduler::new(&next, None).solve();
+        let second = crate::solver::solve(&next, None);
         let second_plan = build(&next, &second);
         crate::next_loop::merge(&mut plan, &next, &second, second_plan);
         plan.warnings.push(format!(
@@ -186,7 +186,7 @@ impl Plan {
 
 /// The raw outcome (indices into the input), for tests and tools.
 pub fn simulate(input: &Input) -> Outcome {
-    Scheduler::new(input, None).solve()
+    crate::solver::solve(input, None)
 }
 
 /// Why one pod went where it went, or why it stays Pending.
@@ -240,7 +240,7 @@ pub fn explain(input: &Input, pod: &str) -> Result<Explanation, UnknownPod> {
                 known: names,
             }
         })?;
-    let outcome = Scheduler::new(input, Some(pid)).solve();
+    let outcome = crate::solver::solve(input, Some(pid));
     let plan = build(input, &outcome);
     let trace = outcome.trace.clone().unwrap_or_default();
     let key = input.pods[pid].key();

@@ -7,7 +7,8 @@
 //! parameter ([`Options::now`]), and where upstream breaks ties by Go map order (candidates of
 //! equal savings, the order NodePools are visited by single-node consolidation) this module
 //! takes name order. Upstream's time limits (multi-node consolidation gives up after 1 minute,
-//! single-node after 3) are not applied: this simulation always finishes (see docs/plan.md).
+//! single-node after 3) apply only when the caller hands in a clock ([`Options::watch`],
+//! `--budget-time`): without one a run is unbounded (see docs/plan.md).
 
 mod civil_date;
 pub mod clock;
@@ -18,7 +19,7 @@ pub mod report;
 pub mod scenario;
 pub mod state;
 
-pub use engine::{Method, Options, UNDER_CONSOLIDATE_AFTER};
+pub use engine::{Clock, Method, Options, Progress, UNDER_CONSOLIDATE_AFTER, Watch};
 pub use reclaim::Selector;
 pub use report::{CommandOut, Kept, NodeOut, PodMove, ReplacementOut, Report};
 pub use state::{ClusterState, load};

@@ -97,6 +97,7 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
         explain: None,
         max_rounds: 1,
         first_pass_candidates: true,
+        watch: None,
         reclaim: None,
     };
     Ok((state, opts))

@@ -3,12 +3,12 @@
 
 use super::fit::with_topology;
 use super::prepare::{pod_requests, pod_requirements};
-use super::{ExistingNode, Scheduler};
+use super::{ExistingNode, Input, PreparedPool, Scheduler};
 use crate::labels::{self, HOSTNAME};
 use crate::model::{Effect, Node, Pod, Taint, untolerated};
 use crate::req::{Requirement, Requirements};
-use crate::res::{self, Res};
-use crate::topology::{BoundPod, Topology};
+use crate::res::{self, Res, ResIndex};
+use crate::topology::BoundPod;
 
 /// Karpenter's `KnownEphemeralTaints` and `KnownEphemeralTaintKeyPrefixes`.
 fn is_known_ephemeral(t: &Taint) -> bool {
@@ -27,114 +27,143 @@ fn is_known_ephemeral(t: &Taint) -> bool {
         || t.key.starts_with("readiness.k8s.io/")
 }
 
-impl Scheduler<'_> {
-    /// Adds the existing nodes, by name, initialized ones first (`sortExistingNodes`); each uses
-    /// up its NodePool's limits with what it advertises.
-    pub(super) fn add_existing_nodes(
-        &mut self,
-        bound: &[BoundPod],
-        topology: &mut Topology,
-        ds_requests: &[Res],
-    ) {
-        let input = self.input;
-        // Bound pods per node, indexed once: filtering `bound` per node is quadratic at scale.
-        let mut bound_by_node: Vec<Vec<&BoundPod>> = vec![Vec::new(); input.nodes.len()];
-        for bp in bound {
-            bound_by_node[bp.node].push(bp);
-        }
-        let initialized = |n: &Node| {
-            n.pool().is_none()
-                || n.labels
-                    .get(labels::INITIALIZED)
-                    .is_some_and(|v| v == "true")
-        };
-        let mut by_name: Vec<usize> = (0..input.nodes.len()).collect();
-        by_name.sort_by(|&a, &b| {
-            let (na, nb) = (&input.nodes[a], &input.nodes[b]);
-            initialized(nb)
-                .cmp(&initialized(na))
-                .then(na.name.cmp(&nb.name))
-        });
-        for ni in by_name {
-            let node = &input.nodes[ni];
-            // A Karpenter-managed node that is not initialized yet: its well-known ephemeral
-            // taints (not-ready, unreachable, uninitialized, unregistered) are expected to go
-            // away, so they do not count (`StateNode.Taints`).
-            let taints: Vec<Taint> = if initialized(node) {
-                node.taints.clone()
-            } else {
-                let startup: &[Taint] = node
-                    .pool()
-                    .and_then(|p| input.pools.iter().find(|pool| pool.name == p))
-                    .map_or(&[], |p| &p.startup_taints);
-                node.taints
-                    .iter()
-                    .filter(|t| {
-                        !is_known_ephemeral(t)
-                            && !startup
-                                .iter()
-                                .any(|s| s.key == t.key && s.effect == t.effect)
-                    })
-                    .cloned()
-                    .collect()
-            };
-            let hostname = node
-                .labels
-                .get(HOSTNAME)
+/// An existing node as every simulation of the cluster starts it: what it has left once its
+/// bound pods and the DaemonSets that would still run there are counted.
+#[derive(Debug, Clone)]
+pub(super) struct ExistingTemplate {
+    pub node: ExistingNode,
+    pub hostname: String,
+    /// The prepared NodePool it uses up, and by how much (what it advertises).
+    pub charge: Option<(usize, Res)>,
+}
+
+/// The existing nodes, by name, initialized ones first (`sortExistingNodes`), as templates.
+pub(super) fn existing_templates(
+    input: &Input,
+    index: &ResIndex,
+    pools: &[PreparedPool],
+    bound: &[BoundPod],
+    ds_requests: &[Res],
+) -> Vec<ExistingTemplate> {
+    // Bound pods per node, indexed once: filtering `bound` per node is quadratic at scale.
+    let mut bound_by_node: Vec<Vec<&BoundPod>> = vec![Vec::new(); input.nodes.len()];
+    for bp in bound {
+        bound_by_node[bp.node].push(bp);
+    }
+    let initialized = |n: &Node| {
+        n.pool().is_none()
+            || n.labels
+                .get(labels::INITIALIZED)
+                .is_some_and(|v| v == "true")
+    };
+    let mut by_name: Vec<usize> = (0..input.nodes.len()).collect();
+    by_name.sort_by(|&a, &b| {
+        let (na, nb) = (&input.nodes[a], &input.nodes[b]);
+        initialized(nb)
+            .cmp(&initialized(na))
+            .then(na.name.cmp(&nb.name))
+    });
+    let mut out = Vec::with_capacity(by_name.len());
+    for ni in by_name {
+        let node = &input.nodes[ni];
+        // A Karpenter-managed node that is not initialized yet: its well-known ephemeral
+        // taints (not-ready, unreachable, uninitialized, unregistered) are expected to go
+        // away, so they do not count (`StateNode.Taints`).
+        let taints: Vec<Taint> = if initialized(node) {
+            node.taints.clone()
+        } else {
+            let startup: &[Taint] = node
+                .pool()
+                .and_then(|p| input.pools.iter().find(|pool| pool.name == p))
+                .map_or(&[], |p| &p.startup_taints);
+            node.taints
+                .iter()
+                .filter(|t| {
+                    !is_known_ephemeral(t)
+                        && !startup
+                            .iter()
+                            .any(|s| s.key == t.key && s.effect == t.effect)
+                })
                 .cloned()
-                .unwrap_or_else(|| node.name.clone());
-            let mut reqs = Requirements::from_labels(&node.labels);
-            reqs.add(HOSTNAME, Requirement::single(&hostname));
-            let mut remaining = self.index.from_map(&node.allocatable);
-            let mut host_ports = Vec::new();
-            let mut daemon_running = self.index.zero();
-            for bp in bound_by_node[ni].iter().copied() {
-                let r = pod_requests(&self.index, &bp.pod);
-                res::sub(&mut remaining, &r);
-                if bp.pod.owner.starts_with("ds/") {
-                    res::add(&mut daemon_running, &r);
-                }
-                host_ports.extend(bp.pod.host_ports.iter().cloned());
+                .collect()
+        };
+        let hostname = node
+            .labels
+            .get(HOSTNAME)
+            .cloned()
+            .unwrap_or_else(|| node.name.clone());
+        let mut reqs = Requirements::from_labels(&node.labels);
+        reqs.add(HOSTNAME, Requirement::single(&hostname));
+        let mut remaining = index.from_map(&node.allocatable);
+        let mut host_ports = Vec::new();
+        let mut daemon_running = index.zero();
+        for bp in bound_by_node[ni].iter().copied() {
+            let r = pod_requests(index, &bp.pod);
+            res::sub(&mut remaining, &r);
+            if bp.pod.owner.starts_with("ds/") {
+                res::add(&mut daemon_running, &r);
             }
-            // DaemonSets that would run here and are not running yet (`NewExistingNode`:
-            // compatible DaemonSet requests less the DaemonSet pods already there, at least 0).
-            let labels_reqs = Requirements::from_labels(&node.labels);
-            let mut daemons = self.index.zero();
-            for (di, ds) in input.daemonsets.iter().enumerate() {
-                if ds.invalid.is_some() || untolerated(&taints, &ds.tolerations).is_some() {
-                    continue;
-                }
-                let (_, strict) = pod_requirements(ds, false);
-                if labels_reqs.compatible(&strict, false).is_ok() {
-                    res::add(&mut daemons, &ds_requests[di]);
-                }
+            host_ports.extend(bp.pod.host_ports.iter().cloned());
+        }
+        // DaemonSets that would run here and are not running yet (`NewExistingNode`:
+        // compatible DaemonSet requests less the DaemonSet pods already there, at least 0).
+        let labels_reqs = Requirements::from_labels(&node.labels);
+        let mut daemons = index.zero();
+        for (di, ds) in input.daemonsets.iter().enumerate() {
+            if ds.invalid.is_some() || untolerated(&taints, &ds.tolerations).is_some() {
+                continue;
             }
-            res::sub(&mut daemons, &daemon_running);
-            for v in &mut daemons {
-                *v = (*v).max(0);
+            let (_, strict) = pod_requirements(ds, false);
+            if labels_reqs.compatible(&strict, false).is_ok() {
+                res::add(&mut daemons, &ds_requests[di]);
             }
-            res::sub(&mut remaining, &daemons);
-            let host = topology.domain_id(&hostname);
-            topology.register_host(host);
-            if let Some(pool) = node.pool()
-                && let Some(pp) = self.pools.iter_mut().find(|p| p.name == pool)
-            {
-                let cap = self.index.from_map(if node.capacity.is_empty() {
-                    &node.allocatable
-                } else {
-                    &node.capacity
-                });
-                pp.limits.charge_node(&cap);
-            }
-            self.existing.push(ExistingNode {
+        }
+        res::sub(&mut daemons, &daemon_running);
+        for v in &mut daemons {
+            *v = (*v).max(0);
+        }
+        res::sub(&mut remaining, &daemons);
+        let charge = node.pool().and_then(|pool| {
+            let pp = pools.iter().position(|p| p.name == pool)?;
+            let cap = index.from_map(if node.capacity.is_empty() {
+                &node.allocatable
+            } else {
+                &node.capacity
+            });
+            Some((pp, cap))
+        });
+        out.push(ExistingTemplate {
+            node: ExistingNode {
                 node: ni,
                 reqs,
                 taints,
                 remaining,
-                host,
+                host: 0,
                 pods: Vec::new(),
                 host_ports,
-            });
+            },
+            hostname,
+            charge,
+        });
+    }
+    out
+}
+
+impl Scheduler<'_> {
+    /// Adds the existing nodes not `gone`; each uses up its NodePool's limits.
+    pub(super) fn add_existing_nodes(&mut self, templates: &[ExistingTemplate], gone: &[bool]) {
+        for t in templates {
+            if gone.get(t.node.node).copied().unwrap_or(false) {
+                continue;
+            }
+            let host = self.topology.domain_id(&t.hostname);
+            self.topology.register_host(host);
+            if let Some((pool, cap)) = &t.charge {
+                self.pools[*pool].limits.charge_node(cap);
+            }
+            let mut node = t.node.clone();
+            node.host = host;
+            self.existing.push(node);
         }
     }
 

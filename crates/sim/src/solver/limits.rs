@@ -18,7 +18,7 @@ use super::bits::Bits;
 use crate::res::{Res, ResIndex};
 
 /// What is left of one NodePool's limits.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Limits {
     /// (slot, remaining) for each limited resource; `nodes` separately.
     remaining: Vec<(usize, i64)>,

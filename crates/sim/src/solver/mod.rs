@@ -45,6 +45,7 @@ use limits::Limits;
 
 pub use launch::{Launch, instance_requirements, launch};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
+pub use prepare::Prepared;
 
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +98,7 @@ struct PoolInstanceType {
     group: usize,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreparedPool {
     input: usize,
     name: String,
@@ -150,6 +151,8 @@ struct PodData {
 
 pub(crate) struct Scheduler<'a> {
     input: &'a Input,
+    /// The pods to schedule (the input's, or a probe's).
+    pods: &'a [Pod],
     index: ResIndex,
     cat_reqs: Vec<Requirements>,
     pools: Vec<PreparedPool>,
@@ -171,4 +174,10 @@ pub(crate) struct Scheduler<'a> {
     /// Topology keys other than the hostname.
     topo_keys: Vec<String>,
     reservations: Reservations,
+}
+
+/// One provisioning simulation of `input` (with `trace_pod`'s attempts recorded).
+pub(crate) fn solve(input: &Input, trace_pod: Option<usize>) -> Outcome {
+    let prepared = Prepared::new(std::borrow::Cow::Borrowed(input));
+    prepared.scheduler(&input.pods, &[], trace_pod).solve()
 }

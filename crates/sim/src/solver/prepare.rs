@@ -2,9 +2,12 @@
 //! types it may launch (with the DaemonSet overhead each would carry), the topology domains
 //! every constrained key can take, the existing nodes, and each pod's requirements.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::bits::Bits;
+use super::existing::{ExistingTemplate, existing_templates};
 use super::launch::instance_requirements;
 use super::limits::Limits;
 use super::outcome::Trace;
@@ -13,7 +16,7 @@ use crate::labels::{self, HOSTNAME};
 use crate::model::{Effect, Pod, Taint, Toleration, TolerationOp, term_requirements, untolerated};
 use crate::req::{Operator, Requirement, Requirements};
 use crate::res::{self, Res, ResIndex};
-use crate::topology::{BoundPod, DomainUniverse, Topology};
+use crate::topology::{BoundPod, Cluster, DomainUniverse, Topology};
 
 /// A pod's requirements with its heaviest preferred node-affinity term (when preferences are
 /// respected) and without (`strict`): its node selector and first required term.
@@ -294,10 +297,28 @@ fn bound_pods(input: &Input, warnings: &mut Vec<String>) -> Vec<BoundPod> {
     bound
 }
 
-impl<'a> Scheduler<'a> {
-    pub(crate) fn new(input: &'a Input, trace_pod: Option<usize>) -> Scheduler<'a> {
-        let respect = !input.options.ignore_preferences;
-        let index = resource_index(input);
+/// What every simulation of one cluster shares (`NewScheduler`'s work that does not depend on
+/// the pods to schedule): the resource index, the NodePools' instance-type tables, the topology
+/// domains, and the existing nodes with their bound pods. Disruption builds it once per pass
+/// and simulates each probe ("these nodes gone, their pods to place") against it.
+pub struct Prepared<'a> {
+    input: Cow<'a, Input>,
+    index: ResIndex,
+    cat_reqs: Vec<Requirements>,
+    pools: Vec<PreparedPool>,
+    warnings: Vec<String>,
+    universe: Arc<BTreeMap<String, DomainUniverse>>,
+    topo_keys: Vec<String>,
+    cluster: Arc<Cluster>,
+    existing: Vec<ExistingTemplate>,
+    tolerate_prefer_no_schedule: bool,
+}
+
+impl<'a> Prepared<'a> {
+    /// Prepares `input`: its nodes and bound pods are the cluster; its pods only widen the
+    /// resource index and topology keys (a probe may schedule any of them, or any bound pod).
+    pub fn new(input: Cow<'a, Input>) -> Prepared<'a> {
+        let index = resource_index(&input);
         let cat_reqs: Vec<Requirements> = input
             .catalog
             .types()
@@ -310,8 +331,7 @@ impl<'a> Scheduler<'a> {
             .iter()
             .map(|p| pod_requests(&index, p))
             .collect();
-
-        let order = pools_by_weight(input);
+        let order = pools_by_weight(&input);
         let tolerate_prefer_no_schedule = input.pools.iter().any(|p| {
             p.taints
                 .iter()
@@ -319,54 +339,90 @@ impl<'a> Scheduler<'a> {
         });
         let mut pools = Vec::new();
         for &pi in &order {
-            if let Some(p) = prepare_pool(input, pi, &index, &cat_reqs, &ds_requests, &mut warnings)
+            if let Some(p) =
+                prepare_pool(&input, pi, &index, &cat_reqs, &ds_requests, &mut warnings)
             {
                 pools.push(p);
             }
         }
-
-        let keys = topology_keys(input);
-        let universe = domain_universe(input, &order, &cat_reqs, &keys);
-        let bound = bound_pods(input, &mut warnings);
-        let mut topology = Topology::new(
-            universe,
-            &input.nodes,
-            bound.clone(),
-            input.pods.len(),
-            respect,
-        );
-
-        let mut s = Scheduler {
-            input,
+        let keys = topology_keys(&input);
+        let universe = domain_universe(&input, &order, &cat_reqs, &keys);
+        let bound = bound_pods(&input, &mut warnings);
+        let existing = existing_templates(&input, &index, &pools, &bound, &ds_requests);
+        let cluster = Cluster::new(&input.nodes, bound);
+        Prepared {
             index,
             cat_reqs,
             pools,
-            claims: Vec::new(),
-            order: Vec::new(),
-            existing: Vec::new(),
-            topology: Topology::new(BTreeMap::new(), &[], Vec::new(), 0, respect),
-            data: Vec::new(),
-            tolerate_prefer_no_schedule,
-            trace_pod,
-            trace: Trace::default(),
             warnings,
-            placements: vec![None; input.pods.len()],
-            no_pools: input.pools.is_empty(),
+            universe: Arc::new(universe),
             topo_keys: keys.iter().filter(|k| *k != HOSTNAME).cloned().collect(),
-            reservations: crate::offerings::Reservations::new(&input.catalog),
-        };
-        s.add_existing_nodes(&bound, &mut topology, &ds_requests);
-
-        s.data = input.pods.iter().map(|p| s.pod_data(p)).collect();
-        for (i, p) in input.pods.iter().enumerate() {
-            if p.invalid.is_none() {
-                topology.update(i, p);
-            }
+            cluster: Arc::new(cluster),
+            existing,
+            tolerate_prefer_no_schedule,
+            input,
         }
-        s.topology = topology;
-        s
     }
 
+    /// The prepared input (its nodes are what `Placement::Existing` indexes map through).
+    pub fn input(&self) -> &Input {
+        &self.input
+    }
+
+    /// Schedules `pods` with the nodes marked in `gone` (by index into the input's nodes)
+    /// removed, together with their bound pods: what preparing the cluster without them would
+    /// give.
+    pub fn simulate(&self, pods: &[Pod], gone: &[bool]) -> super::Outcome {
+        self.scheduler(pods, gone, None).solve()
+    }
+
+    pub(super) fn scheduler<'s>(
+        &'s self,
+        pods: &'s [Pod],
+        gone: &[bool],
+        trace_pod: Option<usize>,
+    ) -> Scheduler<'s> {
+        let input: &'s Input = &self.input;
+        let respect = !input.options.ignore_preferences;
+        let topology = Topology::new(
+            self.universe.clone(),
+            self.cluster.clone(),
+            gone.to_vec(),
+            pods.len(),
+            respect,
+        );
+        let mut s = Scheduler {
+            input,
+            pods,
+            index: self.index.clone(),
+            cat_reqs: self.cat_reqs.clone(),
+            pools: self.pools.clone(),
+            claims: Vec::new(),
+            order: Vec::new(),
+            existing: Vec::with_capacity(self.existing.len()),
+            topology,
+            data: Vec::new(),
+            tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule,
+            trace_pod,
+            trace: Trace::default(),
+            warnings: self.warnings.clone(),
+            placements: vec![None; pods.len()],
+            no_pools: input.pools.is_empty(),
+            topo_keys: self.topo_keys.clone(),
+            reservations: crate::offerings::Reservations::new(&input.catalog),
+        };
+        s.add_existing_nodes(&self.existing, gone);
+        s.data = pods.iter().map(|p| s.pod_data(p)).collect();
+        for (i, p) in pods.iter().enumerate() {
+            if p.invalid.is_none() {
+                s.topology.update(i, p);
+            }
+        }
+        s
+    }
+}
+
+impl Scheduler<'_> {
     /// A pod's requests and requirements as the scheduler reads them.
     pub(super) fn pod_data(&self, pod: &Pod) -> PodData {
         let (reqs, strict) = pod_requirements(pod, !self.input.options.ignore_preferences);

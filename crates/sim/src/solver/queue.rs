@@ -13,11 +13,11 @@ use crate::res;
 
 impl Scheduler<'_> {
     pub(crate) fn solve(mut self) -> Outcome {
-        let input = self.input;
+        let pods = self.pods;
         let mut errors: BTreeMap<usize, String> = BTreeMap::new();
         let mut waiting: BTreeSet<usize> = BTreeSet::new();
         let mut queue_pods: Vec<usize> = Vec::new();
-        for (i, p) in input.pods.iter().enumerate() {
+        for (i, p) in self.pods.iter().enumerate() {
             match &p.invalid {
                 Some(reason) => {
                     errors.insert(i, reason.clone());
@@ -34,7 +34,7 @@ impl Scheduler<'_> {
             db[0]
                 .cmp(&da[0])
                 .then(db[1].cmp(&da[1]))
-                .then_with(|| input.pods[a].created.cmp(&input.pods[b].created))
+                .then_with(|| pods[a].created.cmp(&pods[b].created))
                 .then(a.cmp(&b))
         });
         let mut queue: VecDeque<usize> = queue_pods.into();
@@ -61,7 +61,7 @@ impl Scheduler<'_> {
                         waiting.remove(&pid);
                     }
                     errors.insert(pid, e.text());
-                    let original = &input.pods[pid];
+                    let original = &pods[pid];
                     self.topology.update(pid, original);
                     self.data[pid] = self.pod_data(original);
                     queue.push_back(pid);
@@ -73,8 +73,8 @@ impl Scheduler<'_> {
     }
 
     fn try_schedule(&mut self, pid: usize) -> Result<(), PodError> {
-        let input = self.input;
-        let mut pod: Cow<'_, Pod> = Cow::Borrowed(&input.pods[pid]);
+        let pods = self.pods;
+        let mut pod: Cow<'_, Pod> = Cow::Borrowed(&pods[pid]);
         loop {
             let err = match self.add(pid, &pod) {
                 Ok(()) => return Ok(()),

@@ -22,6 +22,7 @@ mod node_filter;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 pub use domains::DomainUniverse;
 use domains::Interner;
@@ -61,11 +62,30 @@ pub struct BoundPod {
     pub node: usize,
 }
 
-pub struct Topology {
-    interner: Interner,
-    universe: BTreeMap<String, DomainUniverse>,
+/// The existing nodes (with their labels as requirements) and the pods bound to them: shared,
+/// unchanged, by every simulation of one cluster.
+#[derive(Debug)]
+pub struct Cluster {
     nodes: Vec<(Node, Requirements)>,
     bound: Vec<BoundPod>,
+}
+
+impl Cluster {
+    pub fn new(nodes: &[Node], bound: Vec<BoundPod>) -> Cluster {
+        let nodes = nodes
+            .iter()
+            .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
+            .collect();
+        Cluster { nodes, bound }
+    }
+}
+
+pub struct Topology {
+    interner: Interner,
+    universe: Arc<BTreeMap<String, DomainUniverse>>,
+    cluster: Arc<Cluster>,
+    /// Per node of the cluster: removed for this simulation (its bound pods with it).
+    gone: Vec<bool>,
     pub groups: Vec<Group>,
     ids: HashMap<GroupKey, usize>,
     inverse: Vec<Group>,
@@ -89,22 +109,19 @@ fn namespaces(pod: &Pod, term: &PodAffinityTerm) -> Namespaces {
 }
 
 impl Topology {
+    /// `gone` marks nodes of `cluster` left out (missing entries: kept).
     pub fn new(
-        universe: BTreeMap<String, DomainUniverse>,
-        nodes: &[Node],
-        bound: Vec<BoundPod>,
+        universe: Arc<BTreeMap<String, DomainUniverse>>,
+        cluster: Arc<Cluster>,
+        gone: Vec<bool>,
         pod_count: usize,
         respect_preferences: bool,
     ) -> Topology {
-        let nodes = nodes
-            .iter()
-            .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
-            .collect();
         let mut t = Topology {
             interner: Interner::default(),
             universe,
-            nodes,
-            bound,
+            cluster: cluster.clone(),
+            gone,
             groups: Vec::new(),
             ids: HashMap::new(),
             inverse: Vec::new(),
@@ -116,12 +133,11 @@ impl Topology {
             inverse_selecting: vec![(usize::MAX, Vec::new()); pod_count],
         };
         // Existing pods with required anti-affinity repel the pods they select.
-        for i in 0..t.bound.len() {
-            if t.bound[i].pod.anti_affinity.is_empty() {
+        for bp in &cluster.bound {
+            if bp.pod.anti_affinity.is_empty() || t.is_gone(bp.node) {
                 continue;
             }
-            let bp = t.bound[i].clone();
-            let node_labels = t.nodes[bp.node].0.labels.clone();
+            let node_labels = &cluster.nodes[bp.node].0.labels;
             for term in &bp.pod.anti_affinity {
                 let g = t.inverse_group(&bp.pod, term);
                 if let Some(domain) = node_labels.get(&term.topology_key) {
@@ -131,6 +147,10 @@ impl Topology {
             }
         }
         t
+    }
+
+    fn is_gone(&self, node: usize) -> bool {
+        self.gone.get(node).copied().unwrap_or(false)
     }
 
     /// Interns a domain name (e.g. a new NodeClaim's hostname).
@@ -172,8 +192,9 @@ impl Topology {
             return g;
         }
         // countDomains: existing nodes' domains, then existing pods the group selects.
-        for (node, reqs) in &self.nodes {
-            if !g.key.filter.matches(&node.taints, reqs) {
+        let cluster = self.cluster.clone();
+        for (ni, (node, reqs)) in cluster.nodes.iter().enumerate() {
+            if self.is_gone(ni) || !g.key.filter.matches(&node.taints, reqs) {
                 continue;
             }
             if let Some(domain) = node.labels.get(&g.key.key) {
@@ -181,11 +202,11 @@ impl Topology {
                 g.register(id);
             }
         }
-        for bp in &self.bound {
-            if !g.selects(&bp.pod) {
+        for bp in &cluster.bound {
+            if self.is_gone(bp.node) || !g.selects(&bp.pod) {
                 continue;
             }
-            let (node, reqs) = &self.nodes[bp.node];
+            let (node, reqs) = &cluster.nodes[bp.node];
             let domain = match node.labels.get(&g.key.key) {
                 Some(d) => d.clone(),
                 None if g.key.key == HOSTNAME => node.name.clone(),

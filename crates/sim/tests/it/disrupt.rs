@@ -38,6 +38,7 @@ fn run_at(docs: &[Value], at: &str, spot_to_spot: bool) -> Report {
         explain: None,
         max_rounds: 1000,
         first_pass_candidates: false,
+        watch: None,
         reclaim: None,
     };
     disrupt::run(&state, &opts).unwrap()

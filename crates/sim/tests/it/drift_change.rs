@@ -50,6 +50,7 @@ fn simulate(edit: impl FnOnce(&mut Vec<Value>), change: &[&str]) -> Report {
         explain: None,
         max_rounds: 1000,
         first_pass_candidates: false,
+        watch: None,
         reclaim: None,
     };
     let mut report = disrupt::run(&state, &opts).unwrap();

@@ -25,6 +25,7 @@ fn reclaim_in(docs: &[Value], selector: &str, zones: &[&str]) -> Report {
         explain: None,
         max_rounds: 1000,
         first_pass_candidates: false,
+        watch: None,
         reclaim: Some(Selector::parse(selector).unwrap()),
     };
     disrupt::run(&state, &opts).unwrap()

@@ -16,7 +16,6 @@ use crate::disrupt::state::PodInfo;
 use crate::labels;
 use crate::model::Node;
 use crate::model::Pod;
-use crate::plan::simulate;
 use crate::solver::Placement;
 use std::collections::BTreeMap;
 
@@ -78,24 +77,24 @@ impl Engine<'_> {
         let (claims, moves, stranded) = match self.simulate(&refs, false) {
             Ok(sim) => (sim.claims, sim.moves, Vec::new()),
             Err(_) => {
-                // Re-run to learn which pods are placed; keep those, strand the rest.
-                let outcome = simulate(&self.input);
-                let first = self.pending.len();
+                // Run it again to learn which pods are placed; keep those, strand the rest.
+                let probe = self.probe(&refs, false);
                 let mut moves = Vec::new();
                 let mut stranded = Vec::new();
-                for pi in first..self.input.pods.len() {
-                    let p = self.input.pods[pi].clone();
-                    match outcome.placements[pi] {
+                for (pi, p) in probe.pods.iter().enumerate().skip(probe.first_moved) {
+                    let p = p.clone();
+                    match probe.outcome.placements[pi] {
                         Some(Placement::Existing(ni)) => {
-                            moves.push((p, Dest::Existing(self.input.nodes[ni].name.clone())));
+                            moves.push((p, Dest::Existing(probe.kept[ni].clone())));
                         }
                         Some(Placement::Claim(ci)) => moves.push((p, Dest::Claim(ci))),
                         None => stranded.push((
                             p.key(),
-                            outcome.errors.get(&pi).cloned().unwrap_or_default(),
+                            probe.outcome.errors.get(&pi).cloned().unwrap_or_default(),
                         )),
                     }
                 }
+                let outcome = probe.outcome;
                 (outcome.claims, moves, stranded)
             }
         };
@@ -269,7 +268,7 @@ impl Engine<'_> {
         for r in &mut repls_out {
             r.pods.sort();
         }
-        self.bound_dirty = true;
+        self.prepared = None;
         let after: f64 = command.replacements.iter().map(|r| r.launch.price).sum();
         if let Some(x) = &self.opts.explain
             && command.candidates.iter().any(|c| &c.name == x)

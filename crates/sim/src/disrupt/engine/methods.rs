@@ -7,6 +7,7 @@ use super::Command;
 use super::Engine;
 use super::Method;
 use super::Replacement;
+use super::watch::Stopwatch;
 use crate::disrupt::state::Reason;
 use std::collections::BTreeMap;
 
@@ -118,7 +119,29 @@ impl Engine<'_> {
             MULTI_NODE_MAX
         };
         let mut best = None;
+        let mut watch = Stopwatch::start(self.opts.watch.as_ref());
+        let mut steps = 0;
         while lo <= hi {
+            // Upstream checks its limit before each step and keeps the best command so far.
+            if watch.expired() {
+                self.stopped(
+                    Method::MultiNode,
+                    &format!(
+                        "after {steps} binary-search steps; {}",
+                        if best.is_some() {
+                            "kept the best command found so far"
+                        } else {
+                            "no command found"
+                        }
+                    ),
+                );
+                break;
+            }
+            steps += 1;
+            let round = self.round;
+            watch.tick(|| {
+                format!("pass {round}: MultiNodeConsolidation, binary-search step {steps}")
+            });
             let mid = (lo + hi) / 2;
             let batch: Vec<&Candidate> = ok[..=mid].iter().collect();
             let valid = match self.consolidate(&batch, Method::MultiNode) {
@@ -146,6 +169,21 @@ impl Engine<'_> {
         best
     }
 
+    /// Says that a method ran out of its `--budget-time` in this pass.
+    fn stopped(&mut self, method: Method, what: &str) {
+        let limit = self
+            .opts
+            .watch
+            .as_ref()
+            .and_then(|w| w.budget_seconds)
+            .unwrap_or(0.0);
+        self.warnings.push(format!(
+            "pass {}: {} stopped at its time limit ({limit}s, --budget-time) {what}",
+            self.round,
+            method.name()
+        ));
+    }
+
     pub(super) fn single_node(
         &mut self,
         mut candidates: Vec<Candidate>,
@@ -167,7 +205,21 @@ impl Engine<'_> {
             }
         }
         let budget = self.budgets(Reason::Underutilized);
-        for c in order {
+        let mut watch = Stopwatch::start(self.opts.watch.as_ref());
+        let total = order.len();
+        for (evaluated, c) in order.into_iter().enumerate() {
+            // Upstream checks its limit before each candidate and gives up the pass.
+            if watch.expired() {
+                self.stopped(
+                    Method::SingleNode,
+                    &format!("after {evaluated} of {total} candidates; no command this pass"),
+                );
+                return None;
+            }
+            let round = self.round;
+            watch.tick(|| {
+                format!("pass {round}: SingleNodeConsolidation, candidate {evaluated} of {total}")
+            });
             let m = Some(Method::SingleNode);
             if budget.get(&c.pool).copied().unwrap_or(0) == 0 {
                 self.note(

@@ -40,6 +40,8 @@ pub struct Options {
     pub first_pass_candidates: bool,
     /// Instead of the disruption loop: this capacity is reclaimed and unavailable.
     pub reclaim: Option<super::reclaim::Selector>,
+    /// A clock for time limits and progress (`--budget-time`); `None`: unbounded.
+    pub watch: Option<Watch>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +156,8 @@ pub(super) struct Engine<'a> {
     pub nodes: BTreeMap<String, WorkingNode>,
     pub bound: BTreeMap<String, Vec<Pod>>,
     pending: Vec<Pod>,
-    bound_dirty: bool,
+    /// The state prepared for probes, for consolidation (true) or not; dropped on a change.
+    prepared: Option<(bool, crate::solver::Prepared<'static>)>,
     pub commands: Vec<CommandOut>,
     pub reasons: BTreeMap<String, Vec<String>>,
     pub explained: Vec<String>,
@@ -172,6 +175,9 @@ mod consolidate;
 mod methods;
 mod reclaim;
 mod simulate;
+mod watch;
+
+pub use watch::{Clock, Progress, Watch};
 
 fn price_of(catalog: &kk_catalog::Catalog, it: usize, zone: Option<&str>, ct: Option<&str>) -> f64 {
     catalog.types()[it]
@@ -232,7 +238,7 @@ impl<'a> Engine<'a> {
             input,
             nodes,
             bound,
-            bound_dirty: true,
+            prepared: None,
             commands: Vec::new(),
             reasons: BTreeMap::new(),
             explained: Vec::new(),
@@ -363,8 +369,14 @@ impl<'a> Engine<'a> {
             return;
         }
         self.expire();
+        let mut watch = watch::Stopwatch::start(self.opts.watch.as_ref());
         loop {
             self.round += 1;
+            let (round, commands) = (self.round, self.commands.len());
+            let removed: usize = self.commands.iter().map(|c| c.nodes.len()).sum();
+            watch.tick(|| {
+                format!("pass {round}: {commands} commands so far, {removed} nodes removed")
+            });
             if self.round > self.opts.max_rounds {
                 self.warnings.push(format!(
                     "stopped after {} rounds; more disruption may follow",

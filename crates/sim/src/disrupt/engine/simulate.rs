@@ -7,49 +7,67 @@ use super::Sim;
 use super::UNDER_CONSOLIDATE_AFTER;
 use crate::labels;
 use crate::model::Effect;
+use crate::model::Pod;
 use crate::model::Taint;
 use crate::model::Toleration;
 use crate::model::TolerationOp;
-use crate::plan::simulate;
 use crate::solver::ClaimResult;
 use crate::solver::Launch;
+use crate::solver::Outcome;
 use crate::solver::Placement;
+use crate::solver::Prepared;
 use crate::solver::launch;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
+/// One replacement simulation's input and result.
+pub(super) struct Probe {
+    /// Pending pods first, then the candidates' moving pods from `first_moved` on.
+    pub pods: Vec<Pod>,
+    pub first_moved: usize,
+    pub outcome: Outcome,
+    /// The existing nodes the scheduler kept, in its order (`Placement::Existing` indexes it).
+    pub kept: Vec<String>,
+}
+
 impl Engine<'_> {
-    /// `SimulateScheduling`: the candidates' nodes gone, their pods (and the pending ones)
-    /// scheduled over the rest plus new NodeClaims. `Err` names the pods that found no place.
-    pub(super) fn simulate(
-        &mut self,
-        candidates: &[&Candidate],
-        consolidation: bool,
-    ) -> Result<Sim, String> {
-        let gone: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
-        let mut nodes = Vec::with_capacity(self.nodes.len());
-        for (name, n) in &self.nodes {
-            if gone.contains(name.as_str()) {
-                continue;
-            }
-            let mut node = n.node.clone();
-            if consolidation && self.under_consolidate_after(n).is_some() {
-                node.taints.push(Taint {
-                    key: UNDER_CONSOLIDATE_AFTER.into(),
-                    value: String::new(),
-                    effect: Effect::NoSchedule,
-                });
-            }
-            nodes.push(node);
+    /// The cluster prepared once per state for every probe of the same kind; a command
+    /// carried out changes the state and drops it (`apply`).
+    fn prepared(&mut self, consolidation: bool) -> Prepared<'static> {
+        if let Some((kind, p)) = self.prepared.take()
+            && kind == consolidation
+        {
+            return p;
         }
-        if self.bound_dirty {
-            self.input.bound = self
-                .bound
-                .iter()
-                .flat_map(|(n, pods)| pods.iter().map(move |p| (n.clone(), p.clone())))
-                .collect();
-            self.bound_dirty = false;
-        }
+        let mut input = self.input.clone();
+        input.nodes = self
+            .nodes
+            .values()
+            .map(|n| {
+                let mut node = n.node.clone();
+                if consolidation && self.under_consolidate_after(n).is_some() {
+                    node.taints.push(Taint {
+                        key: UNDER_CONSOLIDATE_AFTER.into(),
+                        value: String::new(),
+                        effect: Effect::NoSchedule,
+                    });
+                }
+                node
+            })
+            .collect();
+        input.bound = self
+            .bound
+            .iter()
+            .flat_map(|(n, pods)| pods.iter().map(move |p| (n.clone(), p.clone())))
+            .collect();
+        input.pods = self.pending_for(consolidation);
+        Prepared::new(Cow::Owned(input))
+    }
+
+    /// The pending pods; for consolidation, tolerating the nodes still inside
+    /// `consolidateAfter` (only moved pods avoid them).
+    fn pending_for(&self, consolidation: bool) -> Vec<Pod> {
         let mut pods = self.pending.clone();
         if consolidation {
             for p in &mut pods {
@@ -61,41 +79,84 @@ impl Engine<'_> {
                 });
             }
         }
+        pods
+    }
+
+    /// The candidates' nodes gone, their pods (and the pending ones) scheduled over the rest
+    /// plus new NodeClaims: a delta on the prepared cluster, which stays as it was.
+    pub(super) fn probe(&mut self, candidates: &[&Candidate], consolidation: bool) -> Probe {
+        let prepared = self.prepared(consolidation);
+        let names: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
+        let nodes = &prepared.input().nodes;
+        let gone: Vec<bool> = nodes
+            .iter()
+            .map(|n| names.contains(n.name.as_str()))
+            .collect();
+        let mut pods = prepared.input().pods.clone();
         let first_moved = pods.len();
         for c in candidates {
             pods.extend(c.moving.iter().cloned());
         }
-        self.input.nodes = nodes;
-        self.input.pods = pods;
-        let outcome = simulate(&self.input);
+        let outcome = prepared.simulate(&pods, &gone);
+        // Upstream indexes existing nodes in the simulation's own node list: the kept ones.
+        let kept = nodes
+            .iter()
+            .zip(&gone)
+            .filter(|(_, g)| !**g)
+            .map(|(n, _)| n.name.clone())
+            .collect();
+        self.prepared = Some((consolidation, prepared));
+        Probe {
+            pods,
+            first_moved,
+            outcome,
+            kept,
+        }
+    }
+
+    /// Whether a node is initialized (or not Karpenter's).
+    fn initialized(&self, name: &str) -> bool {
+        self.nodes.get(name).is_none_or(|n| {
+            n.node.pool().is_none()
+                || n.node
+                    .labels
+                    .get(labels::INITIALIZED)
+                    .is_some_and(|v| v == "true")
+        })
+    }
+
+    /// `SimulateScheduling`: the candidates' nodes gone, their pods (and the pending ones)
+    /// scheduled over the rest plus new NodeClaims. `Err` names the pods that found no place.
+    pub(super) fn simulate(
+        &mut self,
+        candidates: &[&Candidate],
+        consolidation: bool,
+    ) -> Result<Sim, String> {
+        let Probe {
+            pods,
+            first_moved,
+            outcome,
+            kept,
+        } = self.probe(candidates, consolidation);
         let mut failed = Vec::new();
         for (&pi, reason) in outcome.errors.range(first_moved..) {
-            failed.push(format!("{}: {reason}", self.input.pods[pi].key()));
+            failed.push(format!("{}: {reason}", pods[pi].key()));
         }
         let mut moves = Vec::new();
-        for pi in first_moved..self.input.pods.len() {
+        for (pi, pod) in pods.iter().enumerate().skip(first_moved) {
             match outcome.placements[pi] {
                 Some(Placement::Existing(ni)) => {
-                    let node = &self.input.nodes[ni];
-                    let initialized = node.pool().is_none()
-                        || node
-                            .labels
-                            .get(labels::INITIALIZED)
-                            .is_some_and(|v| v == "true");
-                    if !initialized {
+                    let name = &kept[ni];
+                    if !self.initialized(name) {
                         failed.push(format!(
-                            "{}: would schedule against uninitialized node/{}",
-                            self.input.pods[pi].key(),
-                            node.name
+                            "{}: would schedule against uninitialized node/{name}",
+                            pod.key(),
                         ));
                     }
-                    moves.push((
-                        self.input.pods[pi].clone(),
-                        Dest::Existing(node.name.clone()),
-                    ));
+                    moves.push((pod.clone(), Dest::Existing(name.clone())));
                 }
                 Some(Placement::Claim(ci)) => {
-                    moves.push((self.input.pods[pi].clone(), Dest::Claim(ci)));
+                    moves.push((pod.clone(), Dest::Claim(ci)));
                 }
                 None => {}
             }
