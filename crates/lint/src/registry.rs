@@ -41,6 +41,7 @@
 //! | KK030 | nodepool  | capacity-block-fallback                                            |
 //! | KK031 | nodepool  | efa-pool-without-efa-types                                         |
 //! | KK032 | kueue     | kueue-quota-above-pool-limits                                      |
+//! | KK033 | gpu       | gpu-sharing-without-overlay                                        |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -80,6 +81,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodepool::capacity_block_fallback::CapacityBlockFallback,
     &rules::nodepool::efa_types::EfaPoolWithoutEfaTypes,
     &rules::kueue::quota_above_limits::KueueQuotaAbovePoolLimits,
+    &rules::gpu::sharing_overlay::GpuSharingWithoutOverlay,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

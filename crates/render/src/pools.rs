@@ -290,7 +290,11 @@ fn node_pool(pool: &Pool) -> NodePool {
         .collect();
     let disruption = pool.disruption.as_ref().map(|d| Disruption {
         consolidation_policy: d.consolidation_policy.clone(),
-        consolidate_after: Some(d.consolidate_after.clone().unwrap_or_else(|| "0s".into())),
+        // A static pool never consolidates: no consolidateAfter of ours on it.
+        consolidate_after: match pool.replicas {
+            Some(_) => d.consolidate_after.clone(),
+            None => Some(d.consolidate_after.clone().unwrap_or_else(|| "0s".into())),
+        },
         budgets: d
             .budgets
             .iter()
@@ -332,6 +336,7 @@ fn node_pool(pool: &Pool) -> NodePool {
             disruption,
             limits,
             weight: pool.weight,
+            replicas: pool.replicas,
             ..Default::default()
         },
         status: None,
@@ -367,6 +372,10 @@ pub fn render(
             &format!("nodepools/{}.yaml", pool.name),
             &[to_value(&node_pool(pool))?],
         )?;
+        let overlays = gpu_sharing_overlays(cluster, pool);
+        if !overlays.is_empty() {
+            bundle.add_yaml(&format!("nodeoverlays/{}.yaml", pool.name), &overlays)?;
+        }
         rendered.push(RenderedPool {
             name: pool.name.clone(),
             gpu: pool.pool_type == PoolType::Gpu,
@@ -374,6 +383,54 @@ pub fn render(
         });
     }
     Ok(rendered)
+}
+
+/// NVIDIA GPUs per EC2 instance that exist (g4dn.12xlarge 4, p4d 8, p2.16xlarge 16, ...): one
+/// overlay per count when the pool does not pin `gpu.count`; a count no type of the pool has
+/// selects nothing.
+const GPUS_PER_INSTANCE: [i64; 5] = [1, 2, 4, 8, 16];
+
+/// NodeOverlays (karpenter.sh/v1alpha1) telling Karpenter's scheduler what a time-sliced pool's
+/// new node will advertise: `nvidia.com/gpu` = GPUs × replicas. Without one Karpenter assumes
+/// the physical count and launches a node per pod (checked against its scheduler:
+/// testbed/karpenter-oracle/overlay_test.go; the overlay's capacity replaces the type's, it
+/// does not add to it). Only with the `nodeOverlay` gate, which the overlays need to take effect.
+fn gpu_sharing_overlays(cluster: &ElasticCluster, pool: &Pool) -> Vec<Value> {
+    let gate = cluster.spec.karpenter.feature_gates.get("nodeOverlay") == Some(&true);
+    let Some(gpu) = pool
+        .gpu
+        .as_ref()
+        .filter(|_| pool.pool_type == PoolType::Gpu)
+    else {
+        return Vec::new();
+    };
+    if !gate || gpu.sharing_replicas <= 1 || gpu.manufacturer != "nvidia" {
+        return Vec::new();
+    }
+    let counts: Vec<i64> = match gpu.count {
+        Some(count) => vec![count],
+        None => GPUS_PER_INSTANCE.to_vec(),
+    };
+    counts
+        .into_iter()
+        .map(|count| {
+            serde_json::json!({
+                "apiVersion": "karpenter.sh/v1alpha1",
+                "kind": "NodeOverlay",
+                "metadata": {
+                    "name": format!("{}-gpu-sharing-{count}", pool.name),
+                    "labels": {MANAGED_BY.0: MANAGED_BY.1},
+                },
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.sh/nodepool", "operator": "In", "values": [pool.name]},
+                        {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "In", "values": [count.to_string()]},
+                    ],
+                    "capacity": {"nvidia.com/gpu": (count * gpu.sharing_replicas).to_string()},
+                },
+            })
+        })
+        .collect()
 }
 
 pub fn to_value<T: serde::Serialize>(object: &T) -> Result<Value, RenderError> {

@@ -559,6 +559,11 @@ pub struct Pool {
     pub kubelet: Option<Kubelet>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i64>,
+    /// A static (warm) pool: Karpenter keeps exactly this many nodes, whatever the pods
+    /// (`spec.replicas`, the `staticCapacity` feature gate, alpha). No `weight`, only the
+    /// `nodes` limit, no consolidation, and a pool cannot switch between static and dynamic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
     /// Node-class field: the capacity reservations (On-Demand Capacity Reservations, capacity
     /// blocks for ML) its `reserved` offerings come from, as Karpenter's
     /// `capacityReservationSelectorTerms` (terms are ORed).

@@ -148,6 +148,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     monitoring::monitoring(&mut p, &at, spec);
     images::images(&mut p, &at, spec);
     pools(&mut p, &at.key("pools"), &spec.pools);
+    pools::static_pools(&mut p, &at, spec);
     worker_kubelet_skew(&mut p, &at, spec);
     for (path, access) in [
         (at.key("access"), &spec.access),

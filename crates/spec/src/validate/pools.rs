@@ -285,3 +285,70 @@ fn pool_fields(p: &mut Problems, at: &FieldPath, pool: &Pool) {
         p.push((at.key("weight"), "must be between 1 and 100".into()));
     }
 }
+
+/// Static (warm) pools, `replicas`: what Karpenter 1.15's NodePool CRD and the staticCapacity
+/// gate allow. The CRD refuses weight and limits other than `nodes`; consolidation settings
+/// are ignored there, so here they are errors rather than silent no-ops.
+pub(super) fn static_pools(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let gate_on = spec
+        .karpenter
+        .feature_gates
+        .get("staticCapacity")
+        .copied()
+        .unwrap_or(false);
+    for (i, pool) in spec.pools.iter().enumerate() {
+        let Some(replicas) = pool.replicas else {
+            continue;
+        };
+        let at = at.key("pools").index(i);
+        if replicas < 0 {
+            p.push((at.key("replicas"), "must not be negative".into()));
+        }
+        if !gate_on {
+            p.push((
+                at.key("replicas"),
+                "a static pool needs karpenter.featureGates.staticCapacity: true (alpha, off by default); without it Karpenter neither launches its nodes nor schedules onto the pool"
+                    .into(),
+            ));
+        }
+        if pool.weight.is_some() {
+            p.push((
+                at.key("weight"),
+                "a static pool (replicas) has no weight: Karpenter's NodePool CRD refuses it"
+                    .into(),
+            ));
+        }
+        for key in pool.limits.keys().filter(|k| *k != "nodes") {
+            p.push((
+                at.key("limits").key(key),
+                "a static pool (replicas) takes only the nodes limit: Karpenter's NodePool CRD refuses others".into(),
+            ));
+        }
+        if let Some(nodes) = pool
+            .limits
+            .get("nodes")
+            .and_then(|n| n.as_text().parse::<i64>().ok())
+            && replicas > nodes
+        {
+            p.push((
+                at.key("replicas"),
+                format!(
+                    "{replicas} exceeds limits.nodes {nodes}: Karpenter stops at {nodes} nodes"
+                ),
+            ));
+        }
+        if let Some(d) = &pool.disruption {
+            for (field, set) in [
+                ("consolidationPolicy", d.consolidation_policy.is_some()),
+                ("consolidateAfter", d.consolidate_after.is_some()),
+            ] {
+                if set {
+                    p.push((
+                        at.key("disruption").key(field),
+                        "a static pool (replicas) never consolidates: Karpenter ignores this field; remove it".into(),
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -3,5 +3,6 @@
 pub mod device_plugin;
 pub mod disruption;
 pub mod sharing_limit;
+pub mod sharing_overlay;
 pub mod training_grace_period;
 pub mod untainted_pool;

@@ -94,16 +94,16 @@ pub struct GpuLimitIgnoresSharing;
 
 /// One `nvidia.com/gpu` sharing entry of a device plugin config.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Sharing {
+pub(crate) struct Sharing {
     /// `kube-system/nvidia-device-plugin-time-slicing`.
-    config_map: String,
+    pub(crate) config_map: String,
     name: String,
     namespace: Option<String>,
     /// The data key holding the config (`any`, `config.yaml`).
-    key: String,
-    replicas: u64,
+    pub(crate) key: String,
+    pub(crate) replicas: u64,
     /// `time-slicing` or `MPS`.
-    how: &'static str,
+    pub(crate) how: &'static str,
 }
 
 impl Rule for GpuLimitIgnoresSharing {
@@ -160,7 +160,7 @@ fn runs_on(plugin: &WorkloadView<'_>, pool: &NodePoolView<'_>) -> bool {
 /// The sharing config that applies to the pool: the one its config label names (GPU Operator);
 /// else those the device plugins running on the pool mount; else, when no linted plugin runs
 /// there, those no linted plugin mounts. Applies only when the candidates agree on one count.
-fn applicable<'s>(
+pub(crate) fn applicable<'s>(
     view: &NodePoolView<'_>,
     sharing: &'s [Sharing],
     plugins: &[&WorkloadView<'_>],
@@ -199,7 +199,7 @@ fn applicable<'s>(
 }
 
 /// The largest GPU count per node the pool's requirements allow with `In`.
-fn gpus_per_node(view: &NodePoolView<'_>) -> Option<u64> {
+pub(crate) fn gpus_per_node(view: &NodePoolView<'_>) -> Option<u64> {
     view.pool
         .spec
         .template
@@ -290,7 +290,7 @@ fn check_pool(
 }
 
 /// Every `nvidia.com/gpu` sharing entry in the linted ConfigMaps.
-fn sharing_configs(objects: &[Object]) -> Vec<Sharing> {
+pub(crate) fn sharing_configs(objects: &[Object]) -> Vec<Sharing> {
     let mut found = Vec::new();
     let mut nodes_left = MAX_CONFIG_NODES_TOTAL;
     for obj in objects.iter().filter(|o| o.class == Class::ConfigMap) {
