@@ -231,6 +231,8 @@ fn input(catalog: &Catalog, pods: Vec<Pod>) -> Input {
             ]
             .into(),
             kubelet: Default::default(),
+            replicas: None,
+            capacity_overlay: BTreeMap::new(),
         }],
         pods,
         daemonsets: Vec::new(),

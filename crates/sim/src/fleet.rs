@@ -366,10 +366,20 @@ impl Fleet {
         let mut nodes = Vec::new();
         for (i, c) in plan.node_claims.iter().enumerate() {
             let pool = input.pools.iter().find(|p| p.name == c.node_pool);
+            // What the likely type advertises in its pool (NodeOverlay capacity included).
+            let ci = input
+                .catalog
+                .types()
+                .iter()
+                .position(|it| it.name == c.instance_type);
             let alloc = pool
-                .zip(input.catalog.get(&c.instance_type))
-                .map(|(p, it)| it.allocatable(&p.kubelet));
-            let allocatable = |name: &str| alloc.as_ref().map_or(0, |a| a.get(name));
+                .zip(ci)
+                .map(|(p, ci)| p.advertised(&input.catalog, ci).0);
+            let allocatable = |name: &str| {
+                alloc
+                    .as_ref()
+                    .map_or(0, |a| a.get(name).copied().unwrap_or(0))
+            };
             let requested = |name: &str| {
                 c.requests
                     .get(name)

@@ -173,6 +173,37 @@ pub struct Pool {
     /// `spec.limits` in catalog units; `nodes` is a node count.
     pub limits: BTreeMap<String, i64>,
     pub kubelet: KubeletOverrides,
+    /// `spec.replicas`: a static pool (the StaticCapacity gate). The provisioner opens no
+    /// NodeClaim for it; its nodes are existing capacity that never consolidates.
+    pub replicas: Option<i64>,
+    /// NodeOverlay capacity per catalog type index: resource → the value that replaces the
+    /// type's (input/overlays.rs).
+    pub capacity_overlay: BTreeMap<usize, BTreeMap<String, i64>>,
+}
+
+impl Pool {
+    /// What a new node of catalog type `ci` advertises in this pool, (allocatable, capacity):
+    /// the catalog's with the pool's kubelet settings, NodeOverlay capacity replacing the
+    /// type's value (an overlaid extended resource has no overhead, so allocatable is it too).
+    pub fn advertised(
+        &self,
+        catalog: &kk_catalog::Catalog,
+        ci: usize,
+    ) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+        let it = &catalog.types()[ci];
+        let to_map = |r: kk_catalog::Resources| {
+            r.iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let mut allocatable = to_map(it.allocatable(&self.kubelet));
+        let mut capacity = to_map(it.capacity_with(&self.kubelet));
+        for (resource, value) in self.capacity_overlay.get(&ci).into_iter().flatten() {
+            allocatable.insert(resource.clone(), *value);
+            capacity.insert(resource.clone(), *value);
+        }
+        (allocatable, capacity)
+    }
 }
 
 /// A node that already exists (its allocatable is what it advertises, e.g. a time-sliced GPU).

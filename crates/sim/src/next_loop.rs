@@ -59,13 +59,14 @@ pub fn next_input(input: &Input, outcome: &Outcome, plan: &Plan) -> Input {
                 node_labels.insert(labels::RESERVATION_ID.into(), id);
             }
         }
-        let allocatable = it.allocatable(&pool.kubelet);
+        // As launched: what the pool's type advertises, NodeOverlay capacity included.
+        let (allocatable, capacity) = pool.advertised(&input.catalog, ci);
         next.nodes.push(Node {
             name: name.clone(),
             labels: node_labels,
             taints: pool.taints.clone(),
-            allocatable: allocatable.iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-            capacity: it.capacity.iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            allocatable,
+            capacity,
         });
         for &p in &claim.pods {
             next.bound.push((name.clone(), input.pods[p].clone()));

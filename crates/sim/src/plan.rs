@@ -75,13 +75,10 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
     let mut node_claims = Vec::new();
     let mut total = 0.0;
     for claim in &outcome.claims {
-        let kubelet = &input.pools[claim.pool_index].kubelet;
-        let alloc = |ci: usize| {
-            let a = catalog.types()[ci].allocatable(kubelet);
-            a.iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect::<BTreeMap<_, _>>()
-        };
+        // What the pool's types advertise, NodeOverlay capacity included: the AWS provider
+        // applies the overlays at launch too.
+        let pool = &input.pools[claim.pool_index];
+        let alloc = |ci: usize| pool.advertised(catalog, ci).0;
         let l = launch(catalog, claim, alloc, &input.options);
         let (instance_type, capacity_type, zone, price) = match &l {
             Some(l) => (

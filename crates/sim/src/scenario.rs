@@ -290,9 +290,15 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
             .unwrap_or_default()
     };
     let catalog = catalog(v)?;
+    // NodeOverlays ride with the pools, as in a rendered bundle.
     let pools: Vec<Value> = arr("nodePools")
         .iter()
         .map(|p| with_kind(p, "karpenter.sh/v1", "NodePool"))
+        .chain(
+            arr("nodeOverlays")
+                .iter()
+                .map(|o| with_kind(o, "karpenter.sh/v1alpha1", "NodeOverlay")),
+        )
         .collect();
     let mut work: Vec<Value> = Vec::new();
     for ds in arr("daemonSets") {

@@ -17,11 +17,15 @@ use crate::model::{Node, Pool};
 use crate::solver::{Input, Options};
 
 mod nodes;
+mod overlays;
 mod pods;
 mod pools;
 mod read;
 mod reservations;
+mod static_pools;
 mod workloads;
+
+pub use static_pools::add_static_nodes;
 
 use read::{Ctx, join, kind_of, objects, parse_documents, stringify_quantities};
 use workloads::Workload;
@@ -85,7 +89,10 @@ pub fn load(
             message: e.to_string(),
         }]
     })?;
-    load_with_catalog(pool_files, workload_files, node_files, opts, catalog)
+    let mut input = load_with_catalog(pool_files, workload_files, node_files, opts, catalog)?;
+    // A plan starts from the cluster as Karpenter keeps it: static pools at their replicas.
+    add_static_nodes(&mut input);
+    Ok(input)
 }
 
 /// [`load`] against a given catalog (e.g. the KWOK one, or test types).
@@ -110,6 +117,7 @@ pub fn load_with_catalog(
     let mut classes: BTreeMap<String, KubeletOverrides> = BTreeMap::new();
     let mut workloads: Vec<Workload> = Vec::new();
     let mut nodes: Vec<Node> = Vec::new();
+    let mut node_overlays = Vec::new();
 
     let all = pool_files
         .iter()
@@ -134,6 +142,9 @@ pub fn load_with_catalog(
                         file.name,
                         value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
                     )),
+                    "NodeOverlay" if role == 0 => {
+                        node_overlays.extend(overlays::read_overlay(&mut ctx, &prefix, &value, &mut warnings));
+                    }
                     _ if role == 0 && kind != "NodePool" && kind != "EC2NodeClass" => {}
                     "Node" if role != 2 => warnings.push(format!(
                         "{}: Node {} is not read from here; pass existing nodes with --nodes",
@@ -141,7 +152,7 @@ pub fn load_with_catalog(
                         value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
                     )),
                     "NodePool" => {
-                        if let Some((pool, class)) = pools::read_pool(&mut ctx, &prefix, value, &mut warnings) {
+                        if let Some((pool, class)) = pools::read_pool(&mut ctx, &prefix, value) {
                             pools.push((pool, class, file.name.clone(), doc.start));
                         }
                     }
@@ -163,7 +174,8 @@ pub fn load_with_catalog(
     }
 
     workloads::apply_scale(&opts.scale, &mut workloads, &mut errors);
-    let out_pools = pools::attach_classes(pools, &classes, &mut errors, &mut warnings);
+    let mut out_pools = pools::attach_classes(pools, &classes, &mut errors, &mut warnings);
+    overlays::apply(node_overlays, &mut out_pools, &catalog, &mut warnings);
     let Some((pods, daemonsets, bound)) = workloads::expand(workloads, &mut errors) else {
         return Err(errors);
     };

@@ -55,22 +55,17 @@ pub(super) fn read_node_class(
     Some((name, o))
 }
 
-pub(super) fn read_pool(
-    ctx: &mut Ctx,
-    prefix: &str,
-    value: Value,
-    warnings: &mut Vec<String>,
-) -> Option<(Pool, String)> {
+pub(super) fn read_pool(ctx: &mut Ctx, prefix: &str, value: Value) -> Option<(Pool, String)> {
     let np: NodePool = ctx.typed(value)?;
     let name = np.metadata.name.clone().unwrap_or_default();
     if name.is_empty() {
         ctx.err(&join(prefix, "metadata.name"), "a NodePool needs a name");
         return None;
     }
-    if np.spec.replicas.is_some() {
-        warnings.push(format!(
-            "nodepool {name}: static (spec.replicas set); the provisioner skips static NodePools"
-        ));
+    if let Some(replicas) = np.spec.replicas
+        && replicas < 0
+    {
+        ctx.err(&join(prefix, "spec.replicas"), "must not be negative");
         return None;
     }
     let spec = &np.spec.template.spec;
@@ -159,6 +154,8 @@ pub(super) fn read_pool(
             startup_taints,
             limits,
             kubelet: KubeletOverrides::default(),
+            replicas: np.spec.replicas,
+            capacity_overlay: BTreeMap::new(),
         },
         class,
     ))

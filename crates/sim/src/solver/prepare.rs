@@ -98,13 +98,17 @@ fn resource_index(input: &Input) -> ResIndex {
     }
     for p in &input.pools {
         names.extend(p.limits.keys().filter(|k| *k != "nodes").cloned());
+        names.extend(p.capacity_overlay.values().flat_map(|r| r.keys().cloned()));
     }
     ResIndex::new(names.iter().map(String::as_str))
 }
 
-/// NodePools by weight, equal weights by name descending (nodepoolutils.OrderByWeight).
+/// NodePools by weight, equal weights by name descending (nodepoolutils.OrderByWeight);
+/// static pools are not the provisioner's (`NewScheduler` filters them out).
 fn pools_by_weight(input: &Input) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..input.pools.len()).collect();
+    let mut order: Vec<usize> = (0..input.pools.len())
+        .filter(|&pi| input.pools[pi].replicas.is_none())
+        .collect();
     order.sort_by(|&a, &b| {
         let (pa, pb) = (&input.pools[a], &input.pools[b]);
         pb.weight.cmp(&pa.weight).then(pb.name.cmp(&pa.name))
@@ -142,7 +146,14 @@ fn prepare_pool(
             .offerings
             .iter()
             .any(|o| o.available && template_offers.allows(o));
-        let alloc = index.from_catalog(&it.allocatable(&pool.kubelet));
+        let mut alloc = index.from_catalog(&it.allocatable(&pool.kubelet));
+        let overlay = pool.capacity_overlay.get(&ci);
+        for (resource, value) in overlay.into_iter().flatten() {
+            // NodeOverlay capacity replaces the type's (no overhead on extended resources).
+            if let Some(slot) = index.slot(resource) {
+                alloc[slot] = *value;
+            }
+        }
         let alloc_ok = alloc.iter().all(|v| *v >= 0);
         if !offered || !alloc_ok {
             continue;
@@ -164,7 +175,12 @@ fn prepare_pool(
                 group_keys.len() - 1
             }
         };
-        let capacity = index.from_catalog(&it.capacity_with(&pool.kubelet));
+        let mut capacity = index.from_catalog(&it.capacity_with(&pool.kubelet));
+        for (resource, value) in overlay.into_iter().flatten() {
+            if let Some(slot) = index.slot(resource) {
+                capacity[slot] = *value;
+            }
+        }
         types.push(PoolInstanceType {
             cat: ci,
             net: alloc,
@@ -407,7 +423,8 @@ impl<'a> Prepared<'a> {
             trace: Trace::default(),
             warnings: self.warnings.clone(),
             placements: vec![None; pods.len()],
-            no_pools: input.pools.is_empty(),
+            // Static pools do not count: Karpenter finds no dynamic NodePool.
+            no_pools: input.pools.iter().all(|p| p.replicas.is_some()),
             topo_keys: self.topo_keys.clone(),
             reservations: crate::offerings::Reservations::new(&input.catalog),
         };

@@ -137,6 +137,8 @@ fn build(pools: &[PoolSpec], work: &[WorkSpec]) -> Input {
                 startup_taints: Vec::new(),
                 limits,
                 kubelet: KubeletOverrides::default(),
+                replicas: None,
+                capacity_overlay: BTreeMap::new(),
             }
         })
         .collect();
