@@ -76,16 +76,14 @@ fn a_capacity_overlay_packs_and_replaces_the_types_count() {
     let pools = format!("{GPU_POOL}{OVERLAY}");
     let p = plan(&pools, &shared_gpu_pods(8));
     assert_eq!(pods_per_claim(&p), vec![4, 4], "{}", p.render_table());
-    assert!(
-        p.node_claims
-            .iter()
-            .all(|c| c.instance_type == "g6.xlarge")
-    );
+    assert!(p.node_claims.iter().all(|c| c.instance_type == "g6.xlarge"));
     // Replaces, not adds: 5 pods are 4 + 1, as on Karpenter's scheduler.
     let p = plan(&pools, &shared_gpu_pods(5));
     assert_eq!(pods_per_claim(&p), vec![4, 1], "{}", p.render_table());
     assert!(
-        p.warnings.iter().any(|w| w.contains("nodeOverlay feature gate")),
+        p.warnings
+            .iter()
+            .any(|w| w.contains("nodeOverlay feature gate")),
         "{:?}",
         p.warnings
     );
@@ -96,7 +94,10 @@ fn an_overlay_of_another_pool_or_a_restricted_resource_does_nothing() {
     let other = OVERLAY.replace("values: [gpu]", "values: [other]");
     let p = plan(&format!("{GPU_POOL}{other}"), &shared_gpu_pods(3));
     assert_eq!(pods_per_claim(&p), vec![1, 1, 1]);
-    let cpu = OVERLAY.replace("capacity: {nvidia.com/gpu: \"4\"}", "capacity: {cpu: \"64\"}");
+    let cpu = OVERLAY.replace(
+        "capacity: {nvidia.com/gpu: \"4\"}",
+        "capacity: {cpu: \"64\"}",
+    );
     let p = plan(&format!("{GPU_POOL}{cpu}"), &shared_gpu_pods(2));
     assert_eq!(pods_per_claim(&p), vec![1, 1]);
     assert!(p.warnings.iter().any(|w| w.contains("restricted")));
