@@ -122,6 +122,9 @@ pub(super) fn read_overlay(
     })
 }
 
+/// Resource → (value, weight of the overlay that set it), for one pool and type.
+type SetBy = BTreeMap<String, (i64, i64)>;
+
 /// Fills each pool's `capacity_overlay` from the overlays.
 pub(super) fn apply(
     mut overlays: Vec<Overlay>,
@@ -139,8 +142,7 @@ pub(super) fn apply(
     let type_requirements: Vec<Requirements> =
         catalog.types().iter().map(instance_requirements).collect();
     // Per (pool, type): resource → (value, weight of the overlay that set it).
-    let mut set: Vec<BTreeMap<usize, BTreeMap<String, (i64, i64)>>> =
-        vec![BTreeMap::new(); pools.len()];
+    let mut set: Vec<BTreeMap<usize, SetBy>> = vec![BTreeMap::new(); pools.len()];
     for overlay in &overlays {
         let filter = OfferingFilter::new(&overlay.requirements);
         let mut targets = Vec::new();
