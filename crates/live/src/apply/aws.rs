@@ -746,11 +746,14 @@ impl Run<'_> {
     }
 }
 
-/// Reconciles the account with `desired`, in [`STEPS`] order.
+/// Reconciles the account with `desired`, in [`STEPS`] order. `on_write` hears of each write as
+/// soon as its step has made it (or, with `plan_only`, planned it): a run killed half-way has
+/// said what it already changed.
 pub async fn reconcile(
     sdk: &aws_config::SdkConfig,
     desired: &AwsDesired,
     plan_only: bool,
+    on_write: &mut dyn FnMut(&Step),
 ) -> Result<AwsOutcome, AwsApplyError> {
     let iam = aws_sdk_iam::Client::new(sdk);
     let ec2 = aws_sdk_ec2::Client::new(sdk);
@@ -764,6 +767,7 @@ pub async fn reconcile(
         plan_only,
         out: AwsOutcome::default(),
     };
+    let mut reported = 0;
     for (i, step) in STEPS.iter().enumerate() {
         let result = match i {
             0 => run.node_role(desired).await,
@@ -805,6 +809,7 @@ pub async fn reconcile(
             {
                 run.out.writes.pop();
             }
+            run.out.writes[reported..].iter().for_each(&mut *on_write);
             return Err(AwsApplyError {
                 outcome: run.out,
                 failed: (*step).to_owned(),
@@ -812,6 +817,8 @@ pub async fn reconcile(
                 not_attempted: STEPS[i + 1..].iter().map(|s| (*s).to_owned()).collect(),
             });
         }
+        run.out.writes[reported..].iter().for_each(&mut *on_write);
+        reported = run.out.writes.len();
     }
     Ok(run.out)
 }

@@ -347,9 +347,15 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-ka
 /// Where `apply` records what it applied for one cluster (kube-system, one ConfigMap per
 /// cluster name), so that `--prune` deletes only objects this cluster's applies created — never
 /// another cluster's objects that share the label (several clusters' kubean/ objects live in
-/// one management cluster).
-pub fn inventory_name(cluster: &str) -> String {
-    format!("kubean-karpenter-applied-{cluster}")
+/// one management cluster). The management cluster's objects have an inventory of their own:
+/// where Kubean runs in the cluster it built, one shared record would make each side's prune
+/// delete the other side's objects.
+pub fn inventory_name(cluster: &str, management: bool) -> String {
+    if management {
+        format!("kubean-karpenter-applied-{cluster}-kubean")
+    } else {
+        format!("kubean-karpenter-applied-{cluster}")
+    }
 }
 
 const INVENTORY_NAMESPACE: &str = "kube-system";
@@ -381,12 +387,12 @@ pub async fn inventory_lines(
 /// The recorded inventory (empty when none was recorded yet).
 pub async fn read_inventory(
     client: &Client,
-    cluster: &str,
+    name: &str,
 ) -> Result<std::collections::BTreeSet<String>, kube::Error> {
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
     Ok(api
-        .get_opt(&inventory_name(cluster))
+        .get_opt(name)
         .await?
         .and_then(|cm| cm.data)
         .and_then(|mut d| d.remove("objects"))
@@ -397,6 +403,7 @@ pub async fn read_inventory(
 /// Records `lines` as the inventory (server-side apply, our field manager).
 pub async fn write_inventory(
     client: &Client,
+    name: &str,
     cluster: &str,
     lines: &std::collections::BTreeSet<String>,
     options: &ApplyOptions,
@@ -405,13 +412,13 @@ pub async fn write_inventory(
         Api::namespaced(client.clone(), INVENTORY_NAMESPACE);
     let cm = serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": inventory_name(cluster), "namespace": INVENTORY_NAMESPACE,
+        "metadata": {"name": name, "namespace": INVENTORY_NAMESPACE,
                      "labels": {MANAGED_BY.0: MANAGED_BY.1, "kubean-karpenter.io/cluster": cluster}},
         "data": {"objects": lines.iter().cloned().collect::<Vec<_>>().join("\n")},
     });
     let mut params = PatchParams::apply(&options.field_manager);
     params.force = true;
-    api.patch(&inventory_name(cluster), &params, &Patch::Apply(&cm))
+    api.patch(name, &params, &Patch::Apply(&cm))
         .await
         .map(|_| ())
 }

@@ -79,11 +79,8 @@ fn namespaces_first(objects: Objects) -> (Objects, Objects) {
         .partition(|(_, v)| v["kind"] == "Namespace" && v["apiVersion"] == "v1")
 }
 
-fn aws_report(outcome: &AwsOutcome, plan_only: bool, progress: Progress) {
-    let verb = if plan_only { "would call" } else { "called" };
-    for w in &outcome.writes {
-        progress(format!("aws: {verb} {w}"));
-    }
+/// The notes and the summary; the writes were reported as they were made.
+fn aws_report(outcome: &AwsOutcome, progress: Progress) {
     for n in &outcome.notes {
         progress(format!("aws: note: {n}"));
     }
@@ -118,13 +115,16 @@ async fn aws_side(
     let sdk = crate::store::aws_config(Some(spec.spec.aws.region.clone()), None)
         .await
         .map_err(|e| WorkflowError(format!("aws: {e}")))?;
-    match super::aws::reconcile(&sdk, &desired, plan_only).await {
+    let verb = if plan_only { "would call" } else { "called" };
+    let mut on_write = |w: &super::aws::Step| progress(format!("aws: {verb} {w}"));
+    let result = super::aws::reconcile(&sdk, &desired, plan_only, &mut on_write).await;
+    match result {
         Ok(outcome) => {
-            aws_report(&outcome, plan_only, progress);
+            aws_report(&outcome, progress);
             Ok(())
         }
         Err(e) => {
-            aws_report(&e.outcome, plan_only, progress);
+            aws_report(&e.outcome, progress);
             let done: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
             let mut not_applied = e.not_attempted.clone();
             not_applied.extend(later.iter().cloned());
@@ -142,6 +142,9 @@ async fn aws_side(
         }
     }
 }
+
+/// The cluster where Kubean runs, as batches and progress lines name it.
+const MANAGEMENT: &str = "management cluster";
 
 /// One batch of objects for one cluster.
 struct Batch {
@@ -196,7 +199,7 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         let (namespaces, rest) = namespaces_first(management);
         for objects in [namespaces, rest] {
             batches.push(Batch {
-                which: "management cluster",
+                which: MANAGEMENT,
                 access: access.clone(),
                 objects,
             });
@@ -289,7 +292,12 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 .flatten()
         }));
         match result {
-            Ok(done) => outcome.applied.extend(done),
+            Ok(done) => {
+                if !options.dry_run {
+                    progress(format!("{which}: applied {} objects", done.len()));
+                }
+                outcome.applied.extend(done)
+            }
             Err(e) => return Err(refused(e, which, &outcome.applied, options.dry_run)),
         }
     }
@@ -299,12 +307,11 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         let cluster = spec.metadata.name.clone();
         for (which, access, objects) in &wanted {
             let client = client(which, access).await?;
-            for line in inventory(&request, &client, &cluster, objects, &options)
+            let name = kube::inventory_name(&cluster, *which == MANAGEMENT);
+            let mut report = |line: String| progress(format!("{which}: {line}"));
+            inventory(&request, &client, &name, &cluster, objects, &options, &mut report)
                 .await
-                .map_err(|e| WorkflowError(format!("{which}: {e}")))?
-            {
-                progress(format!("{which}: {line}"));
-            }
+                .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
         }
     } else if request.prune && !options.dry_run {
         return Err(WorkflowError(
@@ -384,23 +391,24 @@ fn refused(error: ApplyError, which: &str, applied: &[Applied], dry_run: bool) -
     }
 }
 
-/// The cluster's inventory of what this spec's applies created there: `--prune` deletes what is
-/// recorded and no longer in the bundle (NodePools only with `--prune-nodepools`); without it,
-/// new objects are added. Returns a line per pruned or kept object.
+/// The cluster's inventory (`name`) of what this spec's applies created there: `--prune` deletes
+/// what is recorded and no longer in the bundle (NodePools only with `--prune-nodepools`);
+/// without it, new objects are added. Reports a line per pruned or kept object as it goes.
 async fn inventory(
     request: &Request,
     client: &::kube::Client,
+    name: &str,
     cluster: &str,
     objects: &Objects,
     options: &ApplyOptions,
-) -> Result<Vec<String>, String> {
+    report: Progress<'_>,
+) -> Result<(), String> {
     let keep = kube::inventory_lines(client, objects, options)
         .await
         .map_err(|e| e.to_string())?;
-    let recorded = kube::read_inventory(client, cluster)
+    let recorded = kube::read_inventory(client, name)
         .await
         .map_err(|e| format!("read the inventory: {e}"))?;
-    let mut lines = Vec::new();
     let mut next: BTreeSet<String> = recorded.union(&keep).cloned().collect();
     if request.prune {
         let candidates = kube::prune_candidates(client, &recorded, &keep)
@@ -409,7 +417,7 @@ async fn inventory(
         next = keep.clone();
         for (object, resource, namespace, name) in candidates {
             if resource.kind == "NodePool" && !request.prune_nodepools {
-                lines.push(format!(
+                report(format!(
                     "{object} kept: the bundle no longer has it, but deleting a NodePool terminates all its nodes; pass --prune-nodepools to delete it"
                 ));
                 next.insert(format!(
@@ -423,11 +431,10 @@ async fn inventory(
             kube::delete(client, &resource, namespace.as_deref(), &name)
                 .await
                 .map_err(|e| format!("delete {object}: {e}"))?;
-            lines.push(format!("{object} pruned"));
+            report(format!("{object} pruned"));
         }
     }
-    kube::write_inventory(client, cluster, &next, options)
+    kube::write_inventory(client, name, cluster, &next, options)
         .await
-        .map_err(|e| format!("record the inventory: {e}"))?;
-    Ok(lines)
+        .map_err(|e| format!("record the inventory: {e}"))
 }
