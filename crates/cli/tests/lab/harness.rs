@@ -180,7 +180,8 @@ impl Lab {
             .unwrap_or_default()
     }
 
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    /// `program` with the lab's environment (kubeconfig, AWS endpoint and credentials).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
         c.envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         c

@@ -5,6 +5,7 @@
 
 mod harness;
 mod lab_adopt;
+mod lab_apply_killed;
 mod lab_doctor;
 mod lab_drift;
 mod lab_e2e;

@@ -309,9 +309,17 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             let client = client(which, access).await?;
             let name = kube::inventory_name(&cluster, *which == MANAGEMENT);
             let mut report = |line: String| progress(format!("{which}: {line}"));
-            inventory(&request, &client, &name, &cluster, objects, &options, &mut report)
-                .await
-                .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
+            inventory(
+                &request,
+                &client,
+                &name,
+                &cluster,
+                objects,
+                &options,
+                &mut report,
+            )
+            .await
+            .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
         }
     } else if request.prune && !options.dry_run {
         return Err(WorkflowError(
