@@ -227,9 +227,13 @@ fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() 
     let gated = std::fs::read_to_string(repo().join("fixtures/specs/secrets-manager-arm.yaml"))
         .unwrap()
         .replace(
-            "    isolatedVPC: true\n",
-            "    isolatedVPC: true\n    featureGates: {spotToSpotConsolidation: true, nodeClassCEL: true, reservedCapacity: false}\n",
+            "    featureGates: {nodeOverlay: true}\n",
+            "    featureGates: {nodeOverlay: true, spotToSpotConsolidation: true, nodeClassCEL: true, reservedCapacity: false}\n",
         );
+    assert!(
+        gated.contains("spotToSpotConsolidation"),
+        "the fixture's featureGates line moved"
+    );
     let spec = repo()
         .join("fixtures/specs")
         .join(format!("gates-{}.yaml", std::process::id()));
@@ -270,6 +274,7 @@ fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() 
         "ReservedCapacity=false",
         "NodeRepair=false",
         "StaticCapacity=false",
+        "NodeOverlay=true",
     ] {
         assert!(core.contains(want), "{want} not in {core}");
     }
