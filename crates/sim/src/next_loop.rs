@@ -25,6 +25,32 @@ pub fn in_flight_name(i: usize) -> String {
     format!("nodeclaim-{}", i + 1)
 }
 
+/// The labels of a node launched for `pool` on type `it` in `zone` with `capacity_type`,
+/// named `hostname`: the type's labels, the pool's, and the ones Karpenter sets on launch.
+pub(crate) fn launched_labels(
+    it: &kk_catalog::InstanceType,
+    pool: &crate::model::Pool,
+    zone: &str,
+    capacity_type: &str,
+    hostname: &str,
+) -> BTreeMap<String, String> {
+    let mut node_labels: BTreeMap<String, String> = it
+        .labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    node_labels.extend(pool.labels.clone());
+    for (key, value) in [
+        (labels::NODEPOOL, pool.name.as_str()),
+        (labels::ZONE, zone),
+        (labels::CAPACITY_TYPE, capacity_type),
+        (labels::HOSTNAME, hostname),
+    ] {
+        node_labels.insert(key.to_owned(), value.to_owned());
+    }
+    node_labels
+}
+
 /// The input of the next loop: the first loop's claims as in-flight nodes, the pods placed
 /// anywhere bound there, the reservations charged, and only the pods still Pending.
 pub fn next_input(input: &Input, outcome: &Outcome, plan: &Plan) -> Input {
@@ -37,16 +63,8 @@ pub fn next_input(input: &Input, outcome: &Outcome, plan: &Plan) -> Input {
         let it = &types[ci];
         let pool = &input.pools[claim.pool_index];
         let name = in_flight_name(i);
-        let mut node_labels: BTreeMap<String, String> = it
-            .labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        node_labels.extend(pool.labels.clone());
-        node_labels.insert(labels::NODEPOOL.into(), pool.name.clone());
-        node_labels.insert(labels::ZONE.into(), planned.zone.clone());
-        node_labels.insert(labels::CAPACITY_TYPE.into(), planned.capacity_type.clone());
-        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        let mut node_labels =
+            launched_labels(it, pool, &planned.zone, &planned.capacity_type, &name);
         if planned.capacity_type == "reserved" {
             let filter = OfferingFilter::new(&claim.requirements);
             let id = it

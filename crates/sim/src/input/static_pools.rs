@@ -66,18 +66,15 @@ pub fn add_static_nodes(input: &mut Input) {
         let (allocatable, capacity) = pool.advertised(catalog, l.instance_type);
         for i in have..want {
             let name = format!("{}-static-{i}", pool.name);
-            let mut node_labels: BTreeMap<String, String> = it
-                .labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            node_labels.extend(pool.labels.clone());
+            let mut node_labels = crate::next_loop::launched_labels(
+                it,
+                pool,
+                l.zone.as_str(),
+                l.capacity_type.as_str(),
+                &name,
+            );
             for (key, value) in [
-                (labels::NODEPOOL, pool.name.as_str()),
                 (labels::INSTANCE_TYPE, it.name.as_str()),
-                (labels::ZONE, l.zone.as_str()),
-                (labels::CAPACITY_TYPE, l.capacity_type.as_str()),
-                (labels::HOSTNAME, name.as_str()),
                 (labels::REGISTERED, "true"),
                 (labels::INITIALIZED, "true"),
             ] {
