@@ -95,9 +95,8 @@ print(json.dumps(state, sort_keys=True, default=str))
 fn kube_state(lab: &Lab, kinds: &[(String, String)]) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     for (api_version, kind) in kinds {
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let api: Api<DynamicObject> = Api::all_with(lab.client.clone(), &resource);
+        let api: Api<DynamicObject> =
+            Api::all_with(lab.client.clone(), &resource(api_version, kind));
         let list = lab
             .rt
             .block_on(api.list(&ListParams::default().labels(LABEL)))
@@ -206,24 +205,35 @@ fn resource(api_version: &str, kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
 }
 
-/// Back to the start every run begins from: every recorded object but the namespaces (and
-/// CRDs) deleted
-/// (finalizers dropped: nothing runs that would remove them), the inventories replaced by one
+/// The object an inventory line (`apiVersion kind namespace name`) records: its API, kind and
+/// name.
+fn recorded<'a>(client: &kube::Client, line: &'a str) -> (Api<DynamicObject>, &'a str, &'a str) {
+    let [api_version, kind, namespace, name] = line.split(' ').collect::<Vec<_>>()[..] else {
+        panic!("inventory line {line:?}");
+    };
+    let r = resource(api_version, kind);
+    let api = match namespace {
+        "-" => Api::all_with(client.clone(), &r),
+        ns => Api::namespaced_with(client.clone(), ns, &r),
+    };
+    (api, kind, name)
+}
+
+/// Namespaces (their deletion takes everything in them) and CRDs stay across undos.
+fn kept(kind: &str) -> bool {
+    kind == "Namespace" || kind == "CustomResourceDefinition"
+}
+
+/// Back to the start every run begins from: every recorded object but the [`kept`] ones
+/// deleted (finalizers dropped: nothing runs that would remove them), the inventories replaced by one
 /// that records only the stale objects, which exist again; and the AWS side partly undone so
 /// that several AWS steps have writes to make.
 fn undo(lab: &mut Lab, records: &[String], aws_undo: &str) {
     for line in records {
-        let [api_version, kind, namespace, name] = line.split(' ').collect::<Vec<_>>()[..] else {
-            panic!("inventory line {line:?}");
-        };
-        if kind == "Namespace" || kind == "CustomResourceDefinition" {
+        let (api, kind, name) = recorded(&lab.client, line);
+        if kept(kind) {
             continue;
         }
-        let r = resource(api_version, kind);
-        let api: Api<DynamicObject> = match namespace {
-            "-" => Api::all_with(lab.client.clone(), &r),
-            ns => Api::namespaced_with(lab.client.clone(), ns, &r),
-        };
         lab.rt.block_on(async {
             let unfinalized = json!({"metadata": {"finalizers": null}});
             let _ = api
@@ -248,24 +258,13 @@ fn undo(lab: &mut Lab, records: &[String], aws_undo: &str) {
         std::time::Duration::from_secs(60),
         |l| {
             let left = records.iter().filter(|line| {
-                let parts: Vec<&str> = line.split(' ').collect();
-                if parts[1] == "Namespace" || parts[1] == "CustomResourceDefinition" {
-                    return false;
-                }
-                let r = resource(parts[0], parts[1]);
-                let api: Api<DynamicObject> = match parts[2] {
-                    "-" => Api::all_with(l.client.clone(), &r),
-                    ns => Api::namespaced_with(l.client.clone(), ns, &r),
-                };
-                l.rt.block_on(api.get_opt(parts[3]))
-                    .ok()
-                    .flatten()
-                    .is_some()
+                let (api, kind, name) = recorded(&l.client, line);
+                !kept(kind) && l.rt.block_on(api.get_opt(name)).ok().flatten().is_some()
             });
             (left.count() == 0).then_some(())
         },
     );
-    let mut recorded = Vec::new();
+    let mut stale_lines = Vec::new();
     for name in STALE {
         let stale = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "kube-system",
@@ -278,13 +277,13 @@ fn undo(lab: &mut Lab, records: &[String], aws_undo: &str) {
                 &Patch::Apply(&stale),
             ))
             .unwrap();
-        recorded.push(format!("v1 ConfigMap kube-system {name}"));
+        stale_lines.push(format!("v1 ConfigMap kube-system {name}"));
     }
     let inventory = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "kubean-karpenter-applied-lab", "namespace": "kube-system",
                      "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter",
                                 "kubean-karpenter.io/cluster": "lab"}},
-        "data": {"objects": recorded.join("\n")}});
+        "data": {"objects": stale_lines.join("\n")}});
     lab.rt
         .block_on(configmaps.patch(
             "kubean-karpenter-applied-lab",
@@ -431,21 +430,16 @@ fn apply_killed_after_each_step_converges_on_the_next_apply() {
         "kubean-karpenter-applied-lab",
         "kubean-karpenter-applied-lab-kubean",
     ] {
-        let recorded = lab.rt.block_on(configmaps.get_opt(name)).unwrap();
+        let found = lab.rt.block_on(configmaps.get_opt(name)).unwrap();
         assert!(
-            recorded.is_some_and(|cm| cm.data.is_some_and(|d| !d["objects"].is_empty())),
+            found.is_some_and(|cm| cm.data.is_some_and(|d| !d["objects"].is_empty())),
             "no inventory {name} after the uninterrupted apply"
         );
     }
     for line in &records {
-        let parts: Vec<&str> = line.split(' ').collect();
-        let r = resource(parts[0], parts[1]);
-        let api: Api<DynamicObject> = match parts[2] {
-            "-" => Api::all_with(lab.client.clone(), &r),
-            ns => Api::namespaced_with(lab.client.clone(), ns, &r),
-        };
+        let (api, _, name) = recorded(&lab.client, line);
         assert!(
-            lab.rt.block_on(api.get_opt(parts[3])).unwrap().is_some(),
+            lab.rt.block_on(api.get_opt(name)).unwrap().is_some(),
             "{line} is recorded but gone after the uninterrupted apply"
         );
     }
