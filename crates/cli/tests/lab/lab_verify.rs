@@ -186,6 +186,10 @@ fn verify_stops_at_registered_and_names_the_expired_token() {
     let Some((lab, spec, _)) = Lab::deployed("verify: expired token", |s| s) else {
         return;
     };
+    // A store holds an expired token when its rotator is down: a running one replaces the
+    // token at its next tick (1m), which can fall inside verify's wait and heal the lab before
+    // doctor looks. The next test's deploy starts the rotator again.
+    lab.signal("controller", "KILL");
     edit_store(&lab, STORE, "KK_EXPIRATION", "2026-01-01T00:00:00Z");
     let (code, result) = verify(
         &lab,
