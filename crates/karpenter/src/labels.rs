@@ -15,6 +15,11 @@ pub const RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
 pub const RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
 pub const RESERVATION_INTERRUPTIBLE: &str = "karpenter.k8s.aws/capacity-reservation-interruptible";
 
+/// Not Karpenter's but NVIDIA's: the node label naming which data key of the device plugin's
+/// config ConfigMap a node runs (the GPU Operator's config manager reads it). Render sets it on
+/// a time-sliced pool under `gpu.stack: operator`; lint reads it to find a pool's sharing.
+pub const NVIDIA_DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+
 pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 pub const ARCH: &str = "kubernetes.io/arch";
 pub const OS: &str = "kubernetes.io/os";

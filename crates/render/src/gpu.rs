@@ -1,5 +1,6 @@
 //! `gpu/`: the NVIDIA device plugin, tolerating exactly the GPU pools' taints and selecting
-//! their label, plus a time-slicing config when a pool shares GPUs.
+//! their label, plus a time-slicing config when a pool shares GPUs (`gpu.stack:
+//! device-plugin`); under `gpu.stack: operator`, `crate::gpu_operator` instead.
 //!
 //! Karpenter waits for every extended resource an instance type has (nvidia.com/gpu) before
 //! it calls a node initialized, and has no timeout: a device plugin that cannot land on a
@@ -7,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use kk_spec::{ElasticCluster, PoolType, images, versions};
+use kk_spec::{ClusterSpec, ElasticCluster, GpuSoftware, Pool, PoolType, images, versions};
 use serde_json::{Value, json};
 
 use crate::names::{ACCELERATOR_LABEL, MANAGED_BY};
@@ -19,26 +20,25 @@ const TIME_SLICING_CONFIG: &str = "nvidia-device-plugin-time-slicing";
 const DEVICE_PLUGINS_VOLUME: &str = "kubelet-device-plugins-dir";
 const DEVICE_PLUGINS_DIR: &str = "/var/lib/kubelet/device-plugins";
 
-pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
-    let spec = &cluster.spec;
-    let gpu_pools: Vec<_> = spec
-        .pools
+/// The GPU pools of the spec.
+pub(crate) fn gpu_pools(spec: &ClusterSpec) -> Vec<&Pool> {
+    spec.pools
         .iter()
         .filter(|p| p.pool_type == PoolType::Gpu)
-        .collect();
-    if spec.gpu.is_none() {
-        return Ok(());
-    }
-    if gpu_pools.is_empty() {
-        return Ok(());
-    }
+        .collect()
+}
+
+/// Tolerations for exactly the GPU pools' taints, sorted and without repeats: the bare device
+/// plugin's and, under `gpu.stack: operator`, every operator daemonset's. The CCM lifts the
+/// uninitialized taint before the plugin is needed.
+pub(crate) fn gpu_tolerations(spec: &ClusterSpec) -> Vec<Value> {
     let mut tolerations: BTreeSet<(String, Option<String>, String)> = BTreeSet::new();
-    for pool in &gpu_pools {
+    for pool in gpu_pools(spec) {
         for t in &pool.taints {
             tolerations.insert((t.key.clone(), t.value.clone(), t.effect.clone()));
         }
     }
-    let tolerations: Vec<Value> = tolerations
+    tolerations
         .into_iter()
         .map(|(key, value, effect)| match value {
             Some(value) => {
@@ -46,11 +46,25 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             }
             None => json!({ "key": key, "operator": "Exists", "effect": effect }),
         })
-        .collect();
-    // Exactly the pools' taints: the CCM lifts the uninitialized taint before the plugin is needed.
+        .collect()
+}
 
-    // One config for the whole DaemonSet: the largest replica count asked for. Pools that
-    // want different sharing would need per-node configs (a node label), not done here.
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let spec = &cluster.spec;
+    let Some(gpu) = &spec.gpu else {
+        return Ok(());
+    };
+    let gpu_pools = gpu_pools(spec);
+    if gpu_pools.is_empty() {
+        return Ok(());
+    }
+    if gpu.stack == GpuSoftware::Operator {
+        return crate::gpu_operator::render(cluster, bundle);
+    }
+    let tolerations = gpu_tolerations(spec);
+
+    // One config for the whole DaemonSet: the largest replica count asked for (validation
+    // refuses pools that differ). Per-pool configs picked by a node label: `gpu.stack: operator`.
     let replicas = gpu_pools
         .iter()
         .filter_map(|p| p.gpu.as_ref())

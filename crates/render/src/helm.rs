@@ -1,4 +1,4 @@
-//! The Helm releases a bundle installs (ORDER.md steps 2 and 5), typed, so that ORDER.md's
+//! The Helm releases a bundle installs (ORDER.md steps 2, 5 and, with the GPU Operator, 7), typed, so that ORDER.md's
 //! commands and `apply` read one list.
 
 use kk_spec::{ElasticCluster, versions};
@@ -48,6 +48,7 @@ impl HelmRelease {
 
 pub(crate) const EBS_CSI_VALUES: &str = "cloud/ebs-csi-values.yaml";
 pub(crate) const KARPENTER_VALUES: &str = "karpenter/values.yaml";
+pub(crate) const GPU_OPERATOR_VALUES: &str = "gpu/gpu-operator-values.yaml";
 
 /// The EBS CSI driver (step 2): the table's chart version, in kube-system.
 pub fn ebs_csi_driver() -> HelmRelease {
@@ -82,5 +83,20 @@ pub fn karpenter(cluster: &ElasticCluster) -> HelmRelease {
         version: karpenter.version.clone(),
         values_file: KARPENTER_VALUES.into(),
         create_namespace: true,
+    }
+}
+
+/// The NVIDIA GPU Operator (`gpu.stack: operator`, step 7): the table's chart version, in its
+/// own namespace, which `namespaces/` creates.
+pub fn gpu_operator() -> HelmRelease {
+    let chart = versions::component(versions::GPU_OPERATOR).chart.as_ref();
+    HelmRelease {
+        name: "gpu-operator".into(),
+        namespace: crate::gpu_operator::NAMESPACE.into(),
+        chart: chart.map_or("gpu-operator", |c| c.name.as_str()).into(),
+        repo: chart.map(|c| c.repository.clone()),
+        version: versions::default_version(versions::GPU_OPERATOR).into(),
+        values_file: GPU_OPERATOR_VALUES.into(),
+        create_namespace: false,
     }
 }

@@ -15,6 +15,7 @@ mod csr_approver;
 pub mod dashboard;
 mod efa;
 mod gpu;
+pub mod gpu_operator;
 pub mod helm;
 mod iam;
 pub mod interruption;

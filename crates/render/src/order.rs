@@ -216,10 +216,37 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         karpenter.version,
         karpenter.command_line()
     );
+    // The bare device plugin is a manifest in gpu/; the operator is a Helm release (plus its
+    // time-slicing configs in gpu/, when a pool shares).
+    let operator = bundle
+        .helm_releases()
+        .iter()
+        .find(|r| r.name == "gpu-operator");
+    let operator_values = operator.map(|r| r.values_file.clone());
+    let gpu_first = match operator {
+        Some(operator) => {
+            let configs = files("gpu/");
+            format!(
+                "install the NVIDIA GPU Operator chart {} with `{}` (`{}`: driver and container toolkit off, the AMI has them; device plugin, GPU feature discovery and DCGM exporter on; in the `{}` namespace from `namespaces/`){}",
+                operator.version,
+                operator.values_file,
+                operator.command_line(),
+                operator.namespace,
+                if configs.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " and apply {configs} (the time-slicing configs its device plugin picks by the pool label `{}`)",
+                        kk_karpenter::labels::NVIDIA_DEVICE_PLUGIN_CONFIG
+                    )
+                },
+            )
+        }
+        None => format!("apply {}", files("gpu/")),
+    };
     let _ = writeln!(
         w,
-        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: apply {} first (a GPU node without the plugin never initializes{}), then {}, then {}.",
-        files("gpu/"),
+        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: {gpu_first} first (a GPU node without the plugin never initializes{}), then {}, then {}.",
         if bundle.files.keys().any(|p| p.starts_with("efa/")) {
             format!(
                 ", nor an EFA node without {}, whose security groups must also admit all traffic from themselves: `iam/discovery.json`",
@@ -256,8 +283,14 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     }
     let _ = writeln!(
         w,
-        "   Where the seed's common failure points are handled: the API server security group (`iam/discovery.json`, TCP {}), an expired token (step 4; the userData says so on the console), a wrong CA hash (computed from the CA bundle; `render` refuses a pinned one that differs), `iam:PassRole` (`iam/controller-policy.json`), the NVIDIA container runtime (the GPU userData restarts containerd and checks it before joining), the device plugin's tolerations (`gpu/`, exactly the GPU pools' taints).",
-        spec.api_server.port
+        "   Where the seed's common failure points are handled: the API server security group (`iam/discovery.json`, TCP {}), an expired token (step 4; the userData says so on the console), a wrong CA hash (computed from the CA bundle; `render` refuses a pinned one that differs), `iam:PassRole` (`iam/controller-policy.json`), the NVIDIA container runtime (the GPU userData restarts containerd and checks it before joining), the device plugin's tolerations ({}).",
+        spec.api_server.port,
+        match operator_values {
+            Some(values) => format!(
+                "the GPU Operator's `daemonsets.tolerations` in `{values}`, exactly the GPU pools' taints"
+            ),
+            None => "`gpu/`, exactly the GPU pools' taints".to_owned(),
+        }
     );
     let _ = writeln!(
         w,

@@ -223,7 +223,7 @@ fn reservation_type(kind: &str, capacity_types: &[String]) -> NodeSelectorRequir
     }
 }
 
-fn node_pool(pool: &Pool) -> NodePool {
+fn node_pool(pool: &Pool, spec: &kk_spec::ClusterSpec) -> NodePool {
     let inst = &pool.instances;
     let mut requirements = vec![
         requirement("kubernetes.io/arch", &inst.arch),
@@ -315,7 +315,13 @@ fn node_pool(pool: &Pool) -> NodePool {
         spec: NodePoolSpec {
             template: NodeClaimTemplate {
                 metadata: Some(TemplateMetadata {
-                    labels: names::pool_labels(pool),
+                    labels: {
+                        let mut labels = names::pool_labels(pool);
+                        // Karpenter puts it on the Node; the GPU Operator's config manager
+                        // reads it there (not a kubelet flag: pools of one node class differ).
+                        labels.extend(crate::gpu_operator::config_label(spec, pool));
+                        labels
+                    },
                     ..Default::default()
                 }),
                 spec: NodeClaimSpec {
@@ -370,7 +376,7 @@ pub fn render(
     for pool in &cluster.spec.pools {
         bundle.add_yaml(
             &format!("nodepools/{}.yaml", pool.name),
-            &[to_value(&node_pool(pool))?],
+            &[to_value(&node_pool(pool, &cluster.spec))?],
         )?;
         let overlays = gpu_sharing_overlays(cluster, pool);
         if !overlays.is_empty() {

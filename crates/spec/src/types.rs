@@ -514,8 +514,24 @@ pub struct GpuStack {
     pub driver_version: String,
     /// CUDA version of the AMI (`<CUDA_VERSION>`), for the verification workload.
     pub cuda_version: String,
-    /// Tag of nvcr.io/nvidia/k8s-device-plugin (`<NVIDIA_DEVICE_PLUGIN_VERSION>`).
+    /// Tag of nvcr.io/nvidia/k8s-device-plugin (`<NVIDIA_DEVICE_PLUGIN_VERSION>`); the bare
+    /// device plugin's image (with `stack: operator` the operator's release picks its own).
     pub device_plugin_version: String,
+    /// What advertises the GPUs: our bare device plugin DaemonSet, or the NVIDIA GPU Operator.
+    #[serde(default)]
+    pub stack: GpuSoftware,
+}
+
+/// `gpu.stack`: which NVIDIA software runs on the GPU nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuSoftware {
+    /// `gpu/nvidia-device-plugin.yaml`: the device plugin DaemonSet alone.
+    #[default]
+    DevicePlugin,
+    /// The NVIDIA GPU Operator chart (device plugin, GPU feature discovery, DCGM exporter;
+    /// driver and container toolkit off: the GPU AMIs bake them in).
+    Operator,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,6 +13,7 @@ pub const KARPENTER: &str = "karpenter";
 pub const CLOUD_CONTROLLER_MANAGER: &str = "cloud-controller-manager";
 pub const EBS_CSI_DRIVER: &str = "aws-ebs-csi-driver";
 pub const DEVICE_PLUGIN: &str = "nvidia-device-plugin";
+pub const GPU_OPERATOR: &str = "nvidia-gpu-operator";
 pub const EFA_DEVICE_PLUGIN: &str = "aws-efa-k8s-device-plugin";
 pub const IAM_AUTHENTICATOR: &str = "aws-iam-authenticator";
 pub const KUBEAN: &str = "kubean";
@@ -248,6 +249,7 @@ mod tests {
             CLOUD_CONTROLLER_MANAGER,
             EBS_CSI_DRIVER,
             DEVICE_PLUGIN,
+            GPU_OPERATOR,
             IAM_AUTHENTICATOR,
             KUBEAN,
             CUDA_SAMPLE,

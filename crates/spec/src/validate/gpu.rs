@@ -13,6 +13,9 @@ pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
             "GPU pools need driverVersion, cudaVersion and devicePluginVersion".into(),
         )),
         Some(gpu) => {
+            if gpu.stack == crate::GpuSoftware::Operator {
+                operator_config_labels(p, at, spec);
+            }
             let at = at.key("gpu");
             if !IMAGE_TAG.is_match(&gpu.device_plugin_version)
                 || crate::versions::is_floating(&gpu.device_plugin_version)
@@ -35,5 +38,21 @@ pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
             }
         }
         None => {}
+    }
+}
+
+/// Under the GPU Operator render labels a time-sliced pool with the device plugin config it
+/// runs; a pool setting that label itself would have its choice silently replaced.
+fn operator_config_labels(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
+    let key = kk_karpenter::labels::NVIDIA_DEVICE_PLUGIN_CONFIG;
+    for (i, pool) in spec.pools.iter().enumerate() {
+        let shares = pool.gpu.as_ref().is_some_and(|g| g.sharing_replicas > 1);
+        if pool.pool_type == PoolType::Gpu && shares && pool.labels.contains_key(key) {
+            p.push((
+                at.key("pools").index(i).key("labels").key(key),
+                "set by render from gpu.sharingReplicas under gpu.stack: operator; drop the label"
+                    .into(),
+            ));
+        }
     }
 }

@@ -147,7 +147,11 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     gpu_stack(&mut p, &at, spec);
     monitoring::monitoring(&mut p, &at, spec);
     images::images(&mut p, &at, spec);
-    pools(&mut p, &at.key("pools"), &spec.pools);
+    let per_pool_sharing = spec
+        .gpu
+        .as_ref()
+        .is_some_and(|g| g.stack == crate::GpuSoftware::Operator);
+    pools(&mut p, &at.key("pools"), &spec.pools, per_pool_sharing);
     pools::static_pools(&mut p, &at, spec);
     worker_kubelet_skew(&mut p, &at, spec);
     for (path, access) in [

@@ -5,14 +5,16 @@ use super::reservations::{capacity_reservations, termination_grace_period};
 use super::*;
 use kk_karpenter::duration::is_whole_units;
 
-pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
+/// `per_pool_sharing`: the GPU Operator picks each node's device plugin config by a pool
+/// label, so pools may time-slice differently.
+pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool], per_pool_sharing: bool) {
     if pools.is_empty() {
         p.push((at.clone(), "at least one pool is needed".into()));
     }
     let mut names = BTreeMap::new();
     let mut classes: BTreeMap<String, (usize, &Pool)> = BTreeMap::new();
-    // One device plugin serves every GPU pool with one time-slicing config, so a pool
-    // asking for other sharing would silently get the first pool's.
+    // The bare device plugin serves every GPU pool with one time-slicing config, so a pool
+    // asking for other sharing would silently get the first pool's (the operator's does not).
     let mut sharing: Option<(usize, i64)> = None;
     for (i, pool) in pools.iter().enumerate() {
         let Some(gpu) = pool
@@ -23,6 +25,7 @@ pub(super) fn pools(p: &mut Problems, at: &FieldPath, pools: &[Pool]) {
             continue;
         };
         match sharing {
+            _ if per_pool_sharing => {}
             None => sharing = Some((i, gpu.sharing_replicas)),
             Some((first, replicas)) if replicas != gpu.sharing_replicas => p.push((
                 at.index(i).key("gpu").key("sharingReplicas"),

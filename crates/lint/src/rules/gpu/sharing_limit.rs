@@ -17,7 +17,7 @@ use crate::sched;
 
 const GPU: &str = "nvidia.com/gpu";
 /// The node label with which the GPU Operator picks one config of a multi-config ConfigMap.
-const CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
+use kk_karpenter::labels::NVIDIA_DEVICE_PLUGIN_CONFIG as CONFIG_LABEL;
 /// Bounds on the device plugin configs parsed out of ConfigMap values (real ones are a few
 /// hundred bytes and values): bytes and YAML values per data value, YAML values per run.
 const MAX_CONFIG_BYTES: usize = 64 * 1024;

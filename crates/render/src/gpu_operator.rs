@@ -1,0 +1,194 @@
+//! `gpu.stack: operator`: the NVIDIA GPU Operator's Helm values instead of the bare device
+//! plugin, its namespace, and the device plugin configs it picks per node.
+//!
+//! Values keys as NVIDIA/gpu-operator v25.10.1 `deployments/gpu-operator/values.yaml` and
+//! `templates/clusterpolicy.yaml` define them:
+//! - `driver` and `toolkit` off: the GPU AMIs bake the driver and the NVIDIA container runtime
+//!   in (the userData checks both and makes `nvidia` containerd's runtime before joining);
+//! - `devicePlugin`, `gfd` (GPU feature discovery) and `dcgmExporter` on; `migManager` off: the
+//!   spec configures no MIG, and a MIG manager would repartition p4d/p5 GPUs behind it;
+//! - `daemonsets.tolerations`: the operator replaces every operand DaemonSet's tolerations
+//!   with this list, so they tolerate exactly the GPU pools' taints, as our device plugin does;
+//! - node selection: the operands run where the operator set `nvidia.com/gpu.present`, which
+//!   it derives from node-feature-discovery's NVIDIA PCI labels. NFD's worker selects our GPU
+//!   label (`node.accelerator: nvidia-gpu`) and tolerates the same taints, so the operands land
+//!   on exactly the nodes our device plugin DaemonSet would.
+//!
+//! Time-slicing: one ConfigMap (ours, in `gpu/`, so lint sees it) with one device plugin
+//! config per replica count the pools ask for and a plain default; each time-sliced pool's
+//! NodePool carries `nvidia.com/device-plugin.config: <key>`, which the operator's config
+//! manager reads on the node. Pools may so time-slice differently.
+
+use std::collections::BTreeSet;
+
+use kk_karpenter::labels::NVIDIA_DEVICE_PLUGIN_CONFIG;
+use kk_spec::{ClusterSpec, ElasticCluster, GpuSoftware, Pool, PoolType};
+use serde_json::{Map, Value, json};
+
+use crate::gpu::{gpu_pools, gpu_tolerations};
+use crate::names::{ACCELERATOR_LABEL, MANAGED_BY};
+use crate::{Bundle, RenderError};
+
+/// The operator's release namespace (NVIDIA's documented default).
+pub const NAMESPACE: &str = "gpu-operator";
+/// The device plugin DaemonSet the operator creates in [`NAMESPACE`].
+pub const DEVICE_PLUGIN_DAEMONSET: &str = "nvidia-device-plugin-daemonset";
+const CONFIG_MAP: &str = "nvidia-device-plugin-configs";
+/// The config of nodes without the label: no sharing.
+const DEFAULT_CONFIG: &str = "no-sharing";
+
+/// The data key of the config time-slicing each GPU `replicas` ways.
+fn config_key(replicas: i64) -> String {
+    format!("time-slicing-{replicas}")
+}
+
+fn sharing(pool: &Pool) -> Option<i64> {
+    pool.gpu
+        .as_ref()
+        .filter(|_| pool.pool_type == PoolType::Gpu)
+        .map(|g| g.sharing_replicas)
+        .filter(|&r| r > 1)
+}
+
+fn is_operator(spec: &ClusterSpec) -> bool {
+    spec.gpu
+        .as_ref()
+        .is_some_and(|g| g.stack == GpuSoftware::Operator)
+}
+
+/// The NodePool template label picking a time-sliced pool's config, under the operator only.
+pub fn config_label(spec: &ClusterSpec, pool: &Pool) -> Option<(String, String)> {
+    let replicas = sharing(pool).filter(|_| is_operator(spec))?;
+    Some((NVIDIA_DEVICE_PLUGIN_CONFIG.to_owned(), config_key(replicas)))
+}
+
+/// The operator's namespace; privileged, as its operands (host paths, device access) need.
+/// No managed-by label: pruning our objects must never delete the namespace the chart is in.
+fn namespace() -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": NAMESPACE,
+            "labels": { "pod-security.kubernetes.io/enforce": "privileged" },
+        },
+    })
+}
+
+/// The device plugin configs, one per replica count asked for, when any pool time-slices.
+fn config_map(spec: &ClusterSpec) -> Option<Value> {
+    let counts: BTreeSet<i64> = gpu_pools(spec).into_iter().filter_map(sharing).collect();
+    if counts.is_empty() {
+        return None;
+    }
+    let mut data = Map::new();
+    data.insert(DEFAULT_CONFIG.into(), json!("version: v1\n"));
+    for replicas in counts {
+        data.insert(
+            config_key(replicas),
+            json!(format!(
+                "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+            )),
+        );
+    }
+    Some(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": CONFIG_MAP, "namespace": NAMESPACE, "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+        "data": data,
+    }))
+}
+
+fn values(spec: &ClusterSpec, shared: bool) -> Value {
+    let tolerations = gpu_tolerations(spec);
+    let mut device_plugin = json!({ "enabled": true });
+    if shared {
+        device_plugin["config"] =
+            json!({ "create": false, "name": CONFIG_MAP, "default": DEFAULT_CONFIG });
+    }
+    json!({
+        "driver": { "enabled": false },
+        "toolkit": { "enabled": false },
+        "devicePlugin": device_plugin,
+        "gfd": { "enabled": true },
+        "dcgmExporter": { "enabled": true },
+        "migManager": { "enabled": false },
+        "daemonsets": { "tolerations": tolerations },
+        "node-feature-discovery": {
+            "worker": {
+                "nodeSelector": { ACCELERATOR_LABEL.0: ACCELERATOR_LABEL.1 },
+                "tolerations": tolerations,
+            },
+        },
+    })
+}
+
+pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
+    let spec = &cluster.spec;
+    bundle.add_yaml(&format!("namespaces/{NAMESPACE}.yaml"), &[namespace()])?;
+    let config = config_map(spec);
+    if let Some(config) = &config {
+        bundle.add_yaml(
+            "gpu/gpu-operator-device-plugin-configs.yaml",
+            std::slice::from_ref(config),
+        )?;
+    }
+    bundle.add_release(crate::helm::gpu_operator(), values(spec, config.is_some()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(stack: &str) -> ClusterSpec {
+        let text = kk_spec::EXAMPLE.replace(
+            "devicePluginVersion: v0.20.0",
+            &format!("devicePluginVersion: v0.20.0\n    stack: {stack}"),
+        );
+        kk_spec::parse_spec(&text, "example.yaml")
+            .expect("example parses")
+            .spec
+            .spec
+    }
+
+    #[test]
+    fn only_time_sliced_pools_under_the_operator_get_a_config_label() {
+        for (stack, labelled) in [("operator", true), ("device-plugin", false)] {
+            let mut spec = spec(stack);
+            let gpu = spec.pools.iter_mut().find(|p| p.gpu.is_some()).unwrap();
+            gpu.gpu.as_mut().unwrap().sharing_replicas = 3;
+            let pool = gpu.clone();
+            assert_eq!(
+                config_label(&spec, &pool),
+                labelled.then(|| (
+                    NVIDIA_DEVICE_PLUGIN_CONFIG.to_owned(),
+                    "time-slicing-3".to_owned()
+                )),
+                "{stack}"
+            );
+            let unshared = spec
+                .pools
+                .iter()
+                .find(|p| p.gpu.is_some() && p.name != pool.name);
+            if let Some(unshared) =
+                unshared.filter(|p| p.gpu.as_ref().unwrap().sharing_replicas == 1)
+            {
+                assert_eq!(config_label(&spec, unshared), None);
+            }
+        }
+    }
+
+    #[test]
+    fn without_sharing_no_config_map_and_no_config_in_the_values() {
+        let spec = spec("operator");
+        assert!(config_map(&spec).is_none());
+        let v = values(&spec, false);
+        assert!(v["devicePlugin"].get("config").is_none());
+        assert_eq!(v["driver"]["enabled"], false);
+        assert_eq!(v["toolkit"]["enabled"], false);
+        assert_eq!(
+            v["daemonsets"]["tolerations"],
+            v["node-feature-discovery"]["worker"]["tolerations"]
+        );
+    }
+}
