@@ -14,7 +14,7 @@ mod controller_workload;
 mod csr_approver;
 pub mod dashboard;
 mod efa;
-mod gpu;
+pub mod gpu;
 pub mod gpu_operator;
 pub mod helm;
 mod iam;

@@ -83,6 +83,8 @@ pub struct Facts {
     /// Pool names, and which of them are GPU pools.
     pub pools: Vec<String>,
     pub gpu_pools: Vec<String>,
+    /// What runs the device plugin (`gpu.stack`): our DaemonSet or the GPU Operator's.
+    pub gpu_stack: kk_spec::GpuSoftware,
     pub karpenter_namespace: String,
     /// Karpenter and the rotator take the infra workers' instance profile (they then run on the
     /// host network and the infra workers keep IMDS's hop limit at 1).
@@ -173,6 +175,7 @@ impl Facts {
                 .filter(|p| p.gpu.is_some())
                 .map(|p| p.name.clone())
                 .collect(),
+            gpu_stack: spec.gpu.as_ref().map(|g| g.stack).unwrap_or_default(),
             karpenter_namespace: spec.karpenter.namespace.clone(),
             controllers_use_instance_profile: spec.karpenter.credentials.source
                 == kk_spec::CredentialSource::InstanceProfile,

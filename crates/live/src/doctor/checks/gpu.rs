@@ -4,6 +4,9 @@
 use super::age;
 use super::check;
 use super::created;
+use super::gpu_plugin::{
+    is_device_plugin, is_device_plugin_pod, is_nfd_worker, operator_set_labels,
+};
 use super::gpus;
 use super::name_of;
 use super::node_taints;
@@ -17,8 +20,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::core::v1::Pod;
 use kk_karpenter::taint::{Effect, Taint};
+use kk_spec::GpuSoftware;
 use kube::api::DynamicObject;
 
 fn gpu_nodes<'a>(s: &'a Snapshot, f: &Facts) -> Vec<&'a Node> {
@@ -68,13 +71,6 @@ pub(super) fn gpu_advertised(s: &Snapshot, f: &Facts) -> Check {
     c
 }
 
-fn is_plugin(p: &Pod) -> bool {
-    p.metadata
-        .name
-        .as_deref()
-        .is_some_and(|n| n.starts_with("nvidia-device-plugin"))
-}
-
 pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(
         "device-plugin-on-gpu-nodes",
@@ -90,7 +86,8 @@ pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
     for n in &nodes {
         let name = n.metadata.name.clone().unwrap_or_default();
         let plugin = pods.iter().find(|p| {
-            is_plugin(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)
+            is_device_plugin_pod(p)
+                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)
         });
         let running = plugin
             .is_some_and(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
@@ -100,7 +97,7 @@ pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
                 if a > f.grace { Status::Fail } else { Status::Warn },
                 match plugin {
                     None => format!(
-                        "Node {name} (taints {:?}): no nvidia-device-plugin pod on it",
+                        "Node {name} (taints {:?}): no NVIDIA device plugin pod on it",
                         node_taints(n)
                     ),
                     Some(p) => format!(
@@ -112,7 +109,10 @@ pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
                             .unwrap_or_default()
                     ),
                 },
-                "the DaemonSet must tolerate exactly the GPU pools' taints: apply gpu/nvidia-device-plugin.yaml as rendered (a hand-edited toleration list is the usual cause)",
+                match f.gpu_stack {
+                    GpuSoftware::DevicePlugin => "the DaemonSet must tolerate exactly the GPU pools' taints: apply gpu/nvidia-device-plugin.yaml as rendered (a hand-edited toleration list is the usual cause)",
+                    GpuSoftware::Operator => "the GPU Operator's daemonsets must tolerate exactly the GPU pools' taints and node-feature-discovery must label the node (nvidia.com/gpu.present): install the chart with gpu/gpu-operator-values.yaml as rendered (a hand-edited toleration list is the usual cause)",
+                },
             );
         }
     }
@@ -123,27 +123,6 @@ pub(super) fn device_plugin(s: &Snapshot, f: &Facts) -> Check {
         ));
     }
     c
-}
-
-/// A DaemonSet that runs NVIDIA's device plugin (ours, the GPU Operator's, or a hand-made one).
-fn is_device_plugin(d: &DaemonSet) -> bool {
-    let named = d
-        .metadata
-        .name
-        .as_deref()
-        .is_some_and(|n| n.contains("nvidia-device-plugin"));
-    let image = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .is_some_and(|p| {
-            p.containers.iter().any(|c| {
-                c.image
-                    .as_deref()
-                    .is_some_and(|i| i.contains("k8s-device-plugin"))
-            })
-        });
-    named || image
 }
 
 /// A NodePool's hard taints (what a pod must tolerate to run on its nodes from the start).
@@ -207,6 +186,41 @@ fn refuses(d: &DaemonSet, taints: &[Taint], labels: &BTreeMap<String, String>) -
     })
 }
 
+/// Why the device plugin `d` would not run on a pool's node (`None`: it would). The GPU
+/// Operator's plugin selects labels the operator sets once node-feature-discovery's worker has
+/// labelled the node, so for it those labels count as there when such a worker runs there.
+fn plugin_refuses(
+    d: &DaemonSet,
+    all: &[DaemonSet],
+    taints: &[Taint],
+    labels: &BTreeMap<String, String>,
+) -> Option<String> {
+    let set_later = operator_set_labels(d);
+    if set_later.is_empty() {
+        return refuses(d, taints, labels);
+    }
+    let mut later = labels.clone();
+    later.extend(set_later);
+    if let Some(why) = refuses(d, taints, &later) {
+        return Some(why);
+    }
+    let mut workers_why = Vec::new();
+    for w in all.iter().filter(|w| is_nfd_worker(w)) {
+        match refuses(w, taints, labels) {
+            None => return None,
+            Some(why) => workers_why.push(format!("{} {why}", name_of(&w.metadata))),
+        }
+    }
+    Some(if workers_why.is_empty() {
+        "selects labels the GPU Operator sets after node-feature-discovery labels the node, and no node-feature-discovery worker DaemonSet is in the cluster".to_owned()
+    } else {
+        format!(
+            "selects labels the GPU Operator sets after node-feature-discovery labels the node, and its worker would not run there: {}",
+            workers_why.join("; ")
+        )
+    })
+}
+
 /// Before any GPU node exists: will the next one a GPU pool launches get a device plugin? A
 /// node without one never advertises `nvidia.com/gpu`, never initializes, and is billed until
 /// Karpenter gives up on it.
@@ -225,7 +239,14 @@ pub(super) fn device_plugin_for_pools(s: &Snapshot, f: &Facts) -> Check {
         return c.skip("NodePools could not be listed");
     };
     let plugins: Vec<&DaemonSet> = daemonsets.iter().filter(|d| is_device_plugin(d)).collect();
-    let fix = "apply gpu/nvidia-device-plugin.yaml as rendered (it tolerates exactly the GPU pools' taints and selects node.accelerator=nvidia-gpu), or install the GPU Operator with those tolerations; until then every GPU node Karpenter launches is billed and never initializes";
+    let fix = match f.gpu_stack {
+        GpuSoftware::DevicePlugin => {
+            "apply gpu/nvidia-device-plugin.yaml as rendered (it tolerates exactly the GPU pools' taints and selects node.accelerator=nvidia-gpu), or install the GPU Operator with those tolerations; until then every GPU node Karpenter launches is billed and never initializes"
+        }
+        GpuSoftware::Operator => {
+            "install the GPU Operator chart with gpu/gpu-operator-values.yaml as rendered (ORDER.md step 7: its daemonsets tolerate exactly the GPU pools' taints); until then every GPU node Karpenter launches is billed and never initializes"
+        }
+    };
     for name in &f.gpu_pools {
         let Some(pool) = pools
             .iter()
@@ -237,7 +258,7 @@ pub(super) fn device_plugin_for_pools(s: &Snapshot, f: &Facts) -> Check {
         let mut why = Vec::new();
         let mut fits = None;
         for d in &plugins {
-            match refuses(d, &taints, &labels) {
+            match plugin_refuses(d, daemonsets, &taints, &labels) {
                 None => {
                     fits = Some(name_of(&d.metadata));
                     break;
@@ -333,6 +354,70 @@ mod tests {
             refuses(&wrong_label, &taints, &labels)
                 .unwrap()
                 .contains("selects nvidia.com/gpu.present=true")
+        );
+    }
+
+    fn operator_daemonset(
+        name: &str,
+        image: &str,
+        tolerations: serde_json::Value,
+        selector: serde_json::Value,
+    ) -> DaemonSet {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "gpu-operator"},
+            "spec": {"selector": {}, "template": {"spec": {
+                "tolerations": tolerations, "nodeSelector": selector,
+                "containers": [{"name": "c", "image": image}]}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_operators_plugin_runs_where_its_nfd_worker_does() {
+        let (taints, labels) = (pool_taints(&pool()), pool_node_labels(&pool()));
+        let tolerates =
+            json!([{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+        let plugin = operator_daemonset(
+            "nvidia-device-plugin-daemonset",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.18.1",
+            tolerates.clone(),
+            json!({"nvidia.com/gpu.deploy.device-plugin": "true"}),
+        );
+        assert!(is_device_plugin(&plugin));
+        let worker = |tolerations: serde_json::Value| {
+            operator_daemonset(
+                "gpu-operator-node-feature-discovery-worker",
+                "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
+                tolerations,
+                json!({"node.accelerator": "nvidia-gpu"}),
+            )
+        };
+        let good = [plugin.clone(), worker(tolerates.clone())];
+        assert_eq!(plugin_refuses(&plugin, &good, &taints, &labels), None);
+        let untolerated = [plugin.clone(), worker(json!([]))];
+        let why = plugin_refuses(&plugin, &untolerated, &taints, &labels).unwrap();
+        assert!(why.contains("its worker would not run there"), "{why}");
+        assert!(
+            why.contains("does not tolerate gpu=true:NoSchedule"),
+            "{why}"
+        );
+        let alone = [plugin.clone()];
+        assert!(
+            plugin_refuses(&plugin, &alone, &taints, &labels)
+                .unwrap()
+                .contains("no node-feature-discovery worker")
+        );
+        // The operator's labels stand in only for themselves: a plugin that does not tolerate
+        // the pool is still refused, worker or not.
+        let intolerant = operator_daemonset(
+            "nvidia-device-plugin-daemonset",
+            "nvcr.io/nvidia/k8s-device-plugin:v0.18.1",
+            json!([]),
+            json!({"nvidia.com/gpu.deploy.device-plugin": "true"}),
+        );
+        assert_eq!(
+            plugin_refuses(&intolerant, &good, &taints, &labels).as_deref(),
+            Some("does not tolerate gpu=true:NoSchedule")
         );
     }
 }

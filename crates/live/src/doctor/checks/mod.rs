@@ -17,6 +17,7 @@ mod controllers;
 mod day_two;
 mod drift;
 mod gpu;
+mod gpu_plugin;
 mod interruption;
 mod isolated_vpc;
 mod join;
