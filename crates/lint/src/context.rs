@@ -129,6 +129,8 @@ pub struct Context<'a> {
     pub workloads: Vec<WorkloadView<'a>>,
     /// Karpenter Helm values documents.
     pub values: Vec<&'a Object>,
+    /// NVIDIA GPU Operator Helm values documents.
+    pub gpu_operator_values: Vec<&'a Object>,
     pub kubean_clusters: Vec<&'a Object>,
     pub cluster_operations: Vec<&'a Object>,
     /// `hosts.yml` documents.
@@ -197,6 +199,7 @@ impl<'a> Context<'a> {
             node_pools,
             workloads,
             values: of(Class::KarpenterValues).collect(),
+            gpu_operator_values: of(Class::GpuOperatorValues).collect(),
             kubean_clusters: of(Class::KubeanCluster).collect(),
             cluster_operations: of(Class::KubeanClusterOperation).collect(),
             inventories: embedded(EmbeddedKind::Hosts),

@@ -130,6 +130,9 @@ pub enum Class {
     ConfigMap,
     /// Karpenter chart values: no `kind`, top-level `settings` and `controller`.
     KarpenterValues,
+    /// NVIDIA GPU Operator chart values: no `kind`, top-level `devicePlugin` beside one of the
+    /// operator's other operands (`daemonsets`, `driver`, `toolkit`, `gfd`, `dcgmExporter`).
+    GpuOperatorValues,
     /// Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or Pod.
     Workload,
     /// A kubean-karpenter spec (the CLI renders those before linting).
@@ -176,6 +179,7 @@ impl Object {
     pub fn label(&self) -> String {
         match (self.class, self.kind.is_empty(), self.name.is_empty()) {
             (Class::KarpenterValues, ..) => "KarpenterValues".into(),
+            (Class::GpuOperatorValues, ..) => "GpuOperatorValues".into(),
             (_, true, _) => "document".into(),
             (_, false, true) => format!("{}/<unnamed>", self.kind),
             _ => format!("{}/{}", self.kind, self.name),
@@ -409,6 +413,7 @@ fn classify(api_version: &str, kind: &str, value: &Value) -> Class {
             "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "CronJob" | "Pod",
         ) => Class::Workload,
         ("", "") if is_karpenter_values(value) => Class::KarpenterValues,
+        ("", "") if is_gpu_operator_values(value) => Class::GpuOperatorValues,
         _ => Class::Other,
     }
 }
@@ -416,6 +421,14 @@ fn classify(api_version: &str, kind: &str, value: &Value) -> Class {
 /// Values files are named anything (`values.yaml`, `karpenter-prod.yaml`): recognise the content.
 fn is_karpenter_values(value: &Value) -> bool {
     value.get("settings").is_some_and(Value::is_object) && value.get("controller").is_some()
+}
+
+/// The GPU Operator's values, recognised as Karpenter's are, by content.
+fn is_gpu_operator_values(value: &Value) -> bool {
+    value.get("devicePlugin").is_some_and(Value::is_object)
+        && ["daemonsets", "driver", "toolkit", "gfd", "dcgmExporter"]
+            .iter()
+            .any(|k| value.get(k).is_some_and(Value::is_object))
 }
 
 /// Parses `text` (the string at `path` of `outer`) and moves its positions onto the file.
@@ -539,6 +552,12 @@ mod tests {
         let loaded = one("settings:\n  clusterName: x\ncontroller: {}\n");
         assert_eq!(loaded.objects[0].class, Class::KarpenterValues);
         assert_eq!(loaded.objects[0].label(), "KarpenterValues");
+        let operator = one("devicePlugin: {enabled: true}\ndaemonsets: {tolerations: []}\n");
+        assert_eq!(operator.objects[0].class, Class::GpuOperatorValues);
+        assert_eq!(operator.objects[0].label(), "GpuOperatorValues");
+        // devicePlugin alone could be anyone's values.
+        let alone = one("devicePlugin: {enabled: true}\n");
+        assert_eq!(alone.objects[0].class, Class::Other);
     }
 
     #[test]

@@ -42,6 +42,7 @@
 //! | KK031 | nodepool  | efa-pool-without-efa-types                                         |
 //! | KK032 | kueue     | kueue-quota-above-pool-limits                                      |
 //! | KK033 | gpu       | gpu-sharing-without-overlay                                        |
+//! | KK034 | gpu       | gpu-operator-tolerations                                           |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -82,6 +83,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodepool::efa_types::EfaPoolWithoutEfaTypes,
     &rules::kueue::quota_above_limits::KueueQuotaAbovePoolLimits,
     &rules::gpu::sharing_overlay::GpuSharingWithoutOverlay,
+    &rules::gpu::operator_tolerations::GpuOperatorTolerations,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).
