@@ -964,3 +964,71 @@ fn the_efa_device_plugin_serves_exactly_the_efa_pools() {
         "the example's training pool uses EFA"
     );
 }
+
+/// Issue 28 item 1: under `gpu.stack: operator` the bundle has no bare device plugin; the
+/// operator's chart installs after Karpenter (apply installs every release before any
+/// NodePool); its daemonsets and NFD worker tolerate exactly the GPU pools' hard taints; each
+/// time-sliced pool names a config the ConfigMap holds, and an unshared pool names none.
+#[test]
+fn the_gpu_operator_replaces_the_device_plugin_and_serves_every_gpu_pool() {
+    let cluster = spec_named("gpu-operator");
+    let bundle = render_spec(&cluster);
+    assert!(!bundle.files.contains_key("gpu/nvidia-device-plugin.yaml"));
+    let releases: Vec<&str> = bundle
+        .helm_releases()
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        releases,
+        ["aws-ebs-csi-driver", "karpenter", "gpu-operator"]
+    );
+    let values = &bundle.objects("gpu/gpu-operator-values.yaml")[0];
+    let mut wanted: Vec<serde_json::Value> = Vec::new();
+    for pool in cluster.spec.pools.iter().filter(|p| p.gpu.is_some()) {
+        for t in &pool.taints {
+            let toleration = match &t.value {
+                Some(v) => {
+                    serde_json::json!({"key": t.key, "operator": "Equal", "value": v, "effect": t.effect})
+                }
+                None => serde_json::json!({"key": t.key, "operator": "Exists", "effect": t.effect}),
+            };
+            if !wanted.contains(&toleration) {
+                wanted.push(toleration);
+            }
+        }
+    }
+    for list in [
+        &values["daemonsets"]["tolerations"],
+        &values["node-feature-discovery"]["worker"]["tolerations"],
+    ] {
+        let got = list.as_array().unwrap();
+        assert_eq!(got.len(), wanted.len(), "{list}");
+        assert!(wanted.iter().all(|w| got.contains(w)), "{list}");
+    }
+    let configs = &bundle.objects("gpu/gpu-operator-device-plugin-configs.yaml")[0]["data"];
+    assert_eq!(
+        values["devicePlugin"]["config"]["name"],
+        bundle.objects("gpu/gpu-operator-device-plugin-configs.yaml")[0]["metadata"]["name"]
+    );
+    for pool in cluster.spec.pools.iter().filter(|p| p.gpu.is_some()) {
+        let nodepool = &bundle.objects(&format!("nodepools/{}.yaml", pool.name))[0];
+        let label =
+            &nodepool["spec"]["template"]["metadata"]["labels"]["nvidia.com/device-plugin.config"];
+        let replicas = pool.gpu.as_ref().unwrap().sharing_replicas;
+        if replicas > 1 {
+            let key = label.as_str().unwrap();
+            assert!(
+                configs[key]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("replicas: {replicas}")),
+                "{}: {key}",
+                pool.name
+            );
+        } else {
+            assert!(label.is_null(), "{}", pool.name);
+        }
+    }
+    assert!(bundle.files["ORDER.md"].contains("helm upgrade --install gpu-operator gpu-operator"));
+}
