@@ -29,6 +29,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 EKS_PREFIX = "/aws/service/eks/optimized-ami"
 # Kubernetes minor -> the patch release the "recommended" AMI ships.
@@ -548,6 +549,54 @@ def install_faults(faults_dir: str) -> None:
             self.launch_specs = every
 
     fleet_models.Fleet.get_launch_spec_counts = get_launch_spec_counts
+
+    # `unavailable`: every call of the actions listed (lines `ACTION [SECONDS]`, e.g.
+    # `PutParameter 4`) is answered 503 ServiceUnavailable, after SECONDS when given, as AWS
+    # answers when a service is degraded (slowly, when it is overloaded); the SDKs retry it a
+    # few times and then give the error to the caller.
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    original_call = DomainDispatcherApplication.__call__
+
+    def refusing_call(self, environ, start_response):
+        path = os.path.join(faults_dir, "unavailable")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                refused = dict((line.split() + ["0"])[:2] for line in f if line.strip())
+            action = action_of(environ)
+            if action in refused:
+                time.sleep(float(refused[action]))
+                print(f"moto_seeded: {action} refused: 503 ServiceUnavailable (lab fault)",
+                      file=sys.stderr, flush=True)
+                start_response("503 Service Unavailable", [("Content-Type", "application/x-amz-json-1.1")])
+                return [json.dumps({
+                    "__type": "ServiceUnavailable",
+                    "message": f"{action} is unavailable (kubean-karpenter lab fault)",
+                }).encode()]
+        return original_call(self, environ, start_response)
+
+    DomainDispatcherApplication.__call__ = refusing_call
+
+
+def action_of(environ) -> str:
+    """The API action of a request: the JSON protocols name it in X-Amz-Target
+    (`AmazonSSM.PutParameter`), the query protocols in the Action parameter of the query or
+    the form body (which is read here and put back for moto)."""
+    import io
+    import urllib.parse
+
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        return target.rpartition(".")[2]
+    query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+    if "Action" in query:
+        return query["Action"][0]
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if not length or "form-urlencoded" not in environ.get("CONTENT_TYPE", ""):
+        return ""
+    body = environ["wsgi.input"].read(length)
+    environ["wsgi.input"] = io.BytesIO(body)
+    return urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("Action", [""])[0]
 
 
 def main() -> int:
