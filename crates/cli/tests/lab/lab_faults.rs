@@ -4,9 +4,9 @@
 //! `testbed/lab signal` (kill -9 / SIGSTOP by pid); the AWS ones through moto's fault switches
 //! (`Lab::fault`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 
 use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live, pod_available};
@@ -69,6 +69,69 @@ fn karpenter_killed_mid_launch_and_restarted_leaves_no_orphan_and_no_duplicate()
             .any(|nc| nc.metadata.name.as_deref() == Some(in_flight.as_str())),
         "the claim in flight at the kill ({in_flight}) was taken over, not replaced: {claims:?}"
     );
+    lab.print_phases();
+}
+
+/// The lab processes (the pids file's lines) that are no longer running.
+fn dead_processes() -> Vec<String> {
+    let pids = std::fs::read_to_string(crate::harness::repo().join(".lab/pids")).unwrap();
+    pids.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, pid)| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .map(|(name, pid)| format!("{name} (pid {pid})"))
+        .collect()
+}
+
+/// The API server restarted (SIGTERM, then started again with the same flags, as an upgrade
+/// replaces its static pod) while a NodeClaim is launched and its node is joining. Karpenter,
+/// the CCM, the controller-manager, the scheduler, our controllers and the joining kubelet
+/// retry through the outage: every pod lands, every claim initializes, no process died, and
+/// no instance or Node is left without its claim or doubled.
+#[test]
+fn apiserver_restarted_mid_launch_loses_no_pod_and_leaves_no_orphan() {
+    let Some((mut lab, _spec, _bundle)) =
+        Lab::deployed("faults: API server restarted mid-launch", |s| s)
+    else {
+        return;
+    };
+    lab.scale("inflate-workload-general", 3);
+    let in_flight = lab.wait("a NodeClaim launched but not registered", 2 * MIN, |l| {
+        l.nodeclaims()
+            .into_iter()
+            .find(|nc| is_true(nc, "Launched") && !is_true(nc, "Registered"))
+            .and_then(|nc| nc.metadata.name.clone())
+    });
+    let restarted = Instant::now();
+    lab.lab(&["restart", "kube-apiserver"]);
+    lab.wait("the API server answering again", 2 * MIN, |l| {
+        let nodes: Api<Node> = Api::all(l.client.clone());
+        l.rt.block_on(nodes.list(&ListParams::default()))
+            .ok()
+            .map(|_| ())
+    });
+    let back = restarted.elapsed();
+    live(&format!(
+        "   API server back {:.1}s after the restart began, {in_flight} launched and not registered",
+        back.as_secs_f64()
+    ));
+    lab.wait("every inflate pod Running and ready", 5 * MIN, |l| {
+        let pods = inflate_pods(l);
+        (pods.len() == 3 && pods.iter().all(pod_available)).then_some(())
+    });
+    lab.wait("every NodeClaim Initialized", 2 * MIN, |l| {
+        let claims = l.nodeclaims();
+        (!claims.is_empty() && claims.iter().all(|nc| is_true(nc, "Initialized"))).then_some(())
+    });
+    live(&format!(
+        "   every pod ready {:.0}s after the restart began",
+        restarted.elapsed().as_secs_f64()
+    ));
+    assert_eq!(
+        dead_processes(),
+        Vec::<String>::new(),
+        "a lab process died across the API server's restart"
+    );
+    assert_no_orphan_no_duplicate(&lab);
     lab.print_phases();
 }
 

@@ -12,6 +12,8 @@ mod lab_e2e;
 mod lab_faults;
 mod lab_iam;
 mod lab_interruption;
+mod lab_join_storm;
+mod lab_leader_killed;
 mod lab_orphans;
 mod lab_reservations;
 mod lab_top;

@@ -1,0 +1,136 @@
+//! A join storm (issue #30): 30 nodes launched at once while the join token is rotated twice
+//! (`token create --publish` when a third and when two thirds of the nodes have registered:
+//! the others are still booting or joining, some with a token that has just been replaced).
+//! Every node must join: no claim left unregistered, none replaced, no orphan, no duplicate.
+//! Reports each node's join time (Launched → Registered) at p50 and p99.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, ListParams};
+
+use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live};
+
+const NODES: usize = 30;
+const MIN: Duration = Duration::from_secs(60);
+
+fn count(lab: &Lab, condition: &str) -> usize {
+    lab.nodeclaims()
+        .iter()
+        .filter(|nc| is_true(nc, condition))
+        .count()
+}
+
+/// When a condition of the claim last changed, in Unix seconds.
+fn transition(nc: &DynamicObject, kind: &str) -> Option<i64> {
+    let condition = nc.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?;
+    let at: Time = serde_json::from_value(condition["lastTransitionTime"].clone()).ok()?;
+    Some(at.0.as_second())
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[test]
+fn join_storm_of_30_nodes_while_the_token_rotates_twice_loses_no_join() {
+    let Some(mut lab) = Lab::require("faults: 30 nodes join while the token rotates twice") else {
+        return;
+    };
+    // One size, three one-CPU pods to a node: the replicas say how many nodes.
+    let (spec, bundle) = lab.render(|s| s.replace("sizes: [large, xlarge]", "sizes: [xlarge]"));
+    lab.deploy(&spec, &bundle);
+    lab.scale("inflate-workload-general", (NODES * 3) as i32);
+    let mut joined_at_rotation = Vec::new();
+    for registered in [NODES / 3, 2 * NODES / 3] {
+        lab.wait(
+            &format!("{registered} NodeClaims registered"),
+            5 * MIN,
+            |l| (count(l, "Registered") >= registered).then_some(()),
+        );
+        lab.cli(&[
+            "token",
+            "create",
+            "--publish",
+            "--spec",
+            spec.to_str().unwrap(),
+        ]);
+        let registered = count(&lab, "Registered");
+        live(&format!(
+            "   rotated the join token with {} launched, {registered} registered",
+            count(&lab, "Launched")
+        ));
+        joined_at_rotation.push(registered);
+    }
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
+    lab.wait("every inflate pod Running", 15 * MIN, |l| {
+        let all =
+            l.rt.block_on(pods.list(&ListParams::default()))
+                .unwrap()
+                .items;
+        let inflate: Vec<&Pod> = all
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("inflate-workload-general"))
+            })
+            .collect();
+        (inflate.len() == NODES * 3
+            && inflate
+                .iter()
+                .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
+        .then_some(())
+    });
+    lab.wait("every NodeClaim Initialized", 3 * MIN, |l| {
+        let claims = l.nodeclaims();
+        claims
+            .iter()
+            .all(|nc| is_true(nc, "Initialized"))
+            .then_some(())
+    });
+    // The bundle's GPU smoke pod has a claim of its own pool.
+    let claims: Vec<DynamicObject> = lab
+        .nodeclaims()
+        .into_iter()
+        .filter(|nc| {
+            nc.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("karpenter.sh/nodepool"))
+                .is_some_and(|p| p == "workload-general")
+        })
+        .collect();
+    assert_eq!(
+        claims.len(),
+        NODES,
+        "one workload-general claim per three pods, none replaced after a failed join"
+    );
+    assert!(
+        joined_at_rotation.iter().all(|r| *r < NODES),
+        "each rotation came while nodes were still joining: {joined_at_rotation:?}"
+    );
+    let mut joins: Vec<i64> = claims
+        .iter()
+        .map(|nc| {
+            let launched = transition(nc, "Launched").expect("Launched time");
+            let registered = transition(nc, "Registered").expect("Registered time");
+            registered - launched
+        })
+        .collect();
+    joins.sort_unstable();
+    live(&format!(
+        "   {NODES} of {NODES} nodes joined; Launched → Registered p50 {} s, p99 {} s, max {} s",
+        percentile(&joins, 50.0),
+        percentile(&joins, 99.0),
+        joins[joins.len() - 1]
+    ));
+    assert_no_orphan_no_duplicate(&lab);
+    lab.print_phases();
+}
