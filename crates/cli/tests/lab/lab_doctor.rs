@@ -585,7 +585,7 @@ fn doctor_fails_device_plugin_and_gpu_checks_when_the_plugin_does_not_tolerate_t
     assert_fails(
         &outcome,
         "device-plugin-on-gpu-nodes",
-        "no nvidia-device-plugin pod on it",
+        "no NVIDIA device plugin pod on it",
     );
     assert_fails(&outcome, "gpu-advertised", "has no nvidia.com/gpu");
     assert_fails(
