@@ -408,6 +408,19 @@ impl Lab {
             .items
     }
 
+    /// The pods of the bundle's `inflate-workload-general` Deployment (the CPU pool's load).
+    pub fn general_pods(&self) -> Vec<Pod> {
+        self.pods("default")
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("inflate-workload-general"))
+            })
+            .collect()
+    }
+
     pub fn scale(&self, deployment: &str, replicas: i32) {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), "default");
         let patch = json!({"spec": {"replicas": replicas}});

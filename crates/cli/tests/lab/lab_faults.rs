@@ -6,27 +6,35 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 
 use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live, pod_available};
 
 const MIN: Duration = Duration::from_secs(60);
 
-fn inflate_pods(lab: &Lab) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
-    lab.rt
-        .block_on(pods.list(&ListParams::default()))
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("inflate-workload-general"))
-        })
-        .collect()
+/// Scales the CPU pool's load to `replicas` and waits for a NodeClaim that is Launched and not
+/// yet Registered: the window where a fault could orphan an instance. Its name.
+fn in_flight(lab: &mut Lab, replicas: i32) -> String {
+    lab.scale("inflate-workload-general", replicas);
+    lab.wait("a NodeClaim launched but not registered", 2 * MIN, |l| {
+        l.nodeclaims()
+            .into_iter()
+            .find(|nc| is_true(nc, "Launched") && !is_true(nc, "Registered"))
+            .and_then(|nc| nc.metadata.name.clone())
+    })
+}
+
+/// Waits until the CPU pool's `replicas` pods are Running and ready, then every claim Initialized.
+fn all_landed(lab: &mut Lab, replicas: usize, timeout: Duration) {
+    lab.wait("every inflate pod Running and ready", timeout, |l| {
+        let pods = l.general_pods();
+        (pods.len() == replicas && pods.iter().all(pod_available)).then_some(())
+    });
+    lab.wait("every NodeClaim Initialized", 2 * MIN, |l| {
+        let claims = l.nodeclaims();
+        (!claims.is_empty() && claims.iter().all(|nc| is_true(nc, "Initialized"))).then_some(())
+    });
 }
 
 /// Karpenter killed (SIGKILL, no shutdown) while a NodeClaim is launched but its node has not
@@ -40,28 +48,14 @@ fn karpenter_killed_mid_launch_and_restarted_leaves_no_orphan_and_no_duplicate()
     else {
         return;
     };
-    lab.scale("inflate-workload-general", 3);
-    // Launched, not yet Registered: the window where a restart could orphan the instance.
-    let in_flight = lab.wait("a NodeClaim launched but not registered", 2 * MIN, |l| {
-        l.nodeclaims()
-            .into_iter()
-            .find(|nc| is_true(nc, "Launched") && !is_true(nc, "Registered"))
-            .and_then(|nc| nc.metadata.name.clone())
-    });
+    let in_flight = in_flight(&mut lab, 3);
     lab.signal("karpenter", "KILL");
     live(&format!(
         "   killed Karpenter with {in_flight} launched, not registered"
     ));
     std::thread::sleep(Duration::from_secs(2));
     lab.lab(&["karpenter", bundle.to_str().unwrap()]);
-    lab.wait("every inflate pod Running and ready", 4 * MIN, |l| {
-        let pods = inflate_pods(l);
-        (pods.len() == 3 && pods.iter().all(pod_available)).then_some(())
-    });
-    lab.wait("every NodeClaim Initialized", 2 * MIN, |l| {
-        let claims = l.nodeclaims();
-        (!claims.is_empty() && claims.iter().all(|nc| is_true(nc, "Initialized"))).then_some(())
-    });
+    all_landed(&mut lab, 3, 4 * MIN);
     let claims = assert_no_orphan_no_duplicate(&lab);
     assert!(
         lab.nodeclaims()
@@ -94,13 +88,7 @@ fn apiserver_restarted_mid_launch_loses_no_pod_and_leaves_no_orphan() {
     else {
         return;
     };
-    lab.scale("inflate-workload-general", 3);
-    let in_flight = lab.wait("a NodeClaim launched but not registered", 2 * MIN, |l| {
-        l.nodeclaims()
-            .into_iter()
-            .find(|nc| is_true(nc, "Launched") && !is_true(nc, "Registered"))
-            .and_then(|nc| nc.metadata.name.clone())
-    });
+    let in_flight = in_flight(&mut lab, 3);
     let restarted = Instant::now();
     lab.lab(&["restart", "kube-apiserver"]);
     lab.wait("the API server answering again", 2 * MIN, |l| {
@@ -114,14 +102,7 @@ fn apiserver_restarted_mid_launch_loses_no_pod_and_leaves_no_orphan() {
         "   API server back {:.1}s after the restart began, {in_flight} launched and not registered",
         back.as_secs_f64()
     ));
-    lab.wait("every inflate pod Running and ready", 5 * MIN, |l| {
-        let pods = inflate_pods(l);
-        (pods.len() == 3 && pods.iter().all(pod_available)).then_some(())
-    });
-    lab.wait("every NodeClaim Initialized", 2 * MIN, |l| {
-        let claims = l.nodeclaims();
-        (!claims.is_empty() && claims.iter().all(|nc| is_true(nc, "Initialized"))).then_some(())
-    });
+    all_landed(&mut lab, 3, 5 * MIN);
     live(&format!(
         "   every pod ready {:.0}s after the restart began",
         restarted.elapsed().as_secs_f64()
@@ -157,7 +138,7 @@ fn insufficient_capacity_for_the_cheapest_type_falls_back_to_another_offering() 
     // One pod (1 CPU) fits the cheapest type, so Karpenter's fleet request lists m6i.large.
     lab.scale("inflate-workload-general", 1);
     lab.wait("the inflate pod Running and ready", 4 * MIN, |l| {
-        let pods = inflate_pods(l);
+        let pods = l.general_pods();
         (pods.len() == 1 && pods.iter().all(pod_available)).then_some(())
     });
     assert!(

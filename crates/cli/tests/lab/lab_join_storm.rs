@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::DynamicObject;
 
 use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live};
 
@@ -67,23 +66,10 @@ fn join_storm_of_30_nodes_while_the_token_rotates_twice_loses_no_join() {
         ));
         joined_at_rotation.push(registered);
     }
-    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
     lab.wait("every inflate pod Running", 15 * MIN, |l| {
-        let all =
-            l.rt.block_on(pods.list(&ListParams::default()))
-                .unwrap()
-                .items;
-        let inflate: Vec<&Pod> = all
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("inflate-workload-general"))
-            })
-            .collect();
-        (inflate.len() == NODES * 3
-            && inflate
+        let pods = l.general_pods();
+        (pods.len() == NODES * 3
+            && pods
                 .iter()
                 .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
         .then_some(())

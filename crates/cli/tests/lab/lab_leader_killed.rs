@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 
 use crate::harness::{Lab, assert_no_orphan_no_duplicate, live, pod_available};
@@ -51,22 +51,6 @@ fn token_ids(lab: &Lab) -> Vec<String> {
                 .name?
                 .strip_prefix("bootstrap-token-")
                 .map(str::to_owned)
-        })
-        .collect()
-}
-
-fn inflate_pods(lab: &Lab) -> Vec<Pod> {
-    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
-    lab.rt
-        .block_on(pods.list(&ListParams::default()))
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| {
-            p.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("inflate-workload-general"))
         })
         .collect()
 }
@@ -178,7 +162,7 @@ fn leader_killed_mid_rotation_the_standby_completes_it_and_the_store_always_work
         "every inflate pod Running and ready",
         Duration::from_secs(240),
         |l| {
-            let pods = inflate_pods(l);
+            let pods = l.general_pods();
             (pods.len() == 2 && pods.iter().all(pod_available)).then_some(())
         },
     );
