@@ -26,7 +26,14 @@ async fn admin(testbed: &Testbed) -> Client {
 /// Namespaces and service accounts the bundle expects to exist (the testbed runs no
 /// controllers, so nothing creates a namespace's default ServiceAccount).
 async fn prepare_namespaces(client: &Client) {
-    for ns in ["kubean-system", "karpenter", "default", "kube-system"] {
+    // A dry run creates no namespace, so the bundles' own (karpenter, gpu-operator) exist first.
+    for ns in [
+        "kubean-system",
+        "karpenter",
+        "default",
+        "kube-system",
+        "gpu-operator",
+    ] {
         let api: Api<Namespace> = Api::all(client.clone());
         let _ = api
             .create(
