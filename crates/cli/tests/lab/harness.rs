@@ -37,6 +37,9 @@ pub fn live(line: &str) {
 
 /// The lab spec's join stores: the SSM parameter (mode ssm) and the Secrets Manager secret
 /// (mode secrets-manager, the default name).
+/// The lab spec's SSM join store (`join.storeName`).
+pub const JOIN_STORE: &str = "/kubean-karpenter/lab/join";
+
 const STORES_WITH_A_TOKEN: &str = "sm = boto3.client('secretsmanager')
 n = len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters'])
 n += len(sm.list_secrets(Filters=[{'Key': 'name', 'Values': ['kubean-karpenter/lab/join']}])['SecretList'])

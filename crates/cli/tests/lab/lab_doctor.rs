@@ -18,7 +18,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use lab::{Lab, claim_of, edit_store, is_true};
 use serde_json::{Value, json};
 
-const STORE: &str = "/kubean-karpenter/lab/join";
+use crate::harness::JOIN_STORE as STORE;
 const MIN: Duration = Duration::from_secs(60);
 
 /// `doctor` with the lab's spec and `extra` flags: (exit code, report).

@@ -12,9 +12,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 
-use crate::harness::{Lab, assert_no_orphan_no_duplicate, live, pod_available};
+use crate::harness::{Lab, assert_no_orphan_no_duplicate, edit_store, live, pod_available};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-const STORE: &str = "/kubean-karpenter/lab/join";
+use crate::harness::JOIN_STORE as STORE;
 const LEADER: &str = "lab-controller";
 const STANDBY: &str = "lab-controller-standby";
 /// The rendered controller's lease (`--lease-duration` default).
@@ -81,13 +82,8 @@ fn leader_killed_mid_rotation_the_standby_completes_it_and_the_store_always_work
 
     // Due (50 min left of a 2 h token rotated at half its life), then the store's writes
     // refused: the leader creates a token and cannot publish it.
-    lab.aws(&format!(
-        "import datetime\n\
-         v = ssm.get_parameter(Name='{STORE}', WithDecryption=True)['Parameter']['Value']\n\
-         at = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=50)).strftime('%Y-%m-%dT%H:%M:%SZ')\n\
-         lines = [l for l in v.splitlines() if not l.startswith('KK_EXPIRATION=')] + ['KK_EXPIRATION=' + at]\n\
-         ssm.put_parameter(Name='{STORE}', Value='\\n'.join(lines), Type='SecureString', Overwrite=True)"
-    ));
+    let due = (Timestamp::now() + SignedDuration::from_mins(50)).strftime("%Y-%m-%dT%H:%M:%SZ");
+    edit_store(&lab, STORE, "KK_EXPIRATION", &due.to_string());
     // Each refusal after 4 s: the new token exists unpublished for the three attempts' 12 s.
     lab.fault_with("unavailable", "PutParameter 4\n");
     let unpublished = lab.wait(

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lab::{Lab, edit_store};
 use serde_json::{Value, json};
 
-const STORE: &str = "/kubean-karpenter/lab/join";
+use crate::harness::JOIN_STORE as STORE;
 
 /// `verify` with the spec and `extra` flags: (exit code, JSON result).
 fn verify(lab: &Lab, spec: &std::path::Path, extra: &[&str]) -> (i32, Value) {
