@@ -10,7 +10,7 @@ use kk_spec::ca::ClusterCa;
 
 /// Directories of Kubernetes manifests, in the order they must be applied, and the cluster
 /// each goes to.
-const APPLY_ORDER: [(&str, Target); 10] = [
+const APPLY_ORDER: [(&str, Target); 11] = [
     ("kubean/", Target::Management),
     ("namespaces/", Target::NewCluster),
     ("cloud/", Target::NewCluster),
@@ -19,6 +19,9 @@ const APPLY_ORDER: [(&str, Target); 10] = [
     ("gpu/", Target::NewCluster),
     ("efa/", Target::NewCluster),
     ("nodeclasses/", Target::NewCluster),
+    // Before the pools: a pool Karpenter plans without its overlay launches a node per
+    // time-sliced pod.
+    ("nodeoverlays/", Target::NewCluster),
     ("nodepools/", Target::NewCluster),
     ("verify/", Target::NewCluster),
 ];
@@ -246,7 +249,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     };
     let _ = writeln!(
         w,
-        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: {gpu_first} first (a GPU node without the plugin never initializes{}), then {}, then {}.",
+        "6. **CPU EC2NodeClass and NodePool** and 7. **GPU EC2NodeClass and NodePool, NVIDIA device plugin**: {gpu_first} first (a GPU node without the plugin never initializes{}), then {}, then {}{}.",
         if bundle.files.keys().any(|p| p.starts_with("efa/")) {
             format!(
                 ", nor an EFA node without {}, whose security groups must also admit all traffic from themselves: `iam/discovery.json`",
@@ -256,6 +259,14 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
             String::new()
         },
         files("nodeclasses/"),
+        {
+            let overlays = files("nodeoverlays/");
+            if overlays.is_empty() {
+                String::new()
+            } else {
+                format!("{overlays} (the time-sliced GPUs each node advertises, so Karpenter packs the sharing pods; before the pools, or their first nodes are planned one GPU per pod), then ")
+            }
+        },
         files("nodepools/")
     );
     let queues = files("kueue/");

@@ -1032,3 +1032,34 @@ fn the_gpu_operator_replaces_the_device_plugin_and_serves_every_gpu_pool() {
     }
     assert!(bundle.files["ORDER.md"].contains("helm upgrade --install gpu-operator gpu-operator"));
 }
+
+/// Every manifest a bundle holds reaches `apply` (`Bundle::manifests`), save the directories
+/// apply leaves out on purpose because a plain cluster has no such kinds (ORDER.md says how to
+/// apply them). NodeOverlays once were rendered and never applied, so a time-sliced pool's
+/// first nodes were planned one GPU per pod.
+#[test]
+fn every_manifest_is_applied_except_the_kinds_apply_leaves_out() {
+    const LEFT_OUT: [&str; 2] = ["kueue/", "monitoring/"];
+    for (name, cluster) in all_specs() {
+        let bundle = render_spec(&cluster);
+        let applied: std::collections::BTreeSet<String> =
+            bundle.manifests().into_iter().map(|(path, _)| path).collect();
+        for path in bundle.files.keys() {
+            if bundle.kind(path) != Some(kk_render::FileKind::Manifest)
+                || LEFT_OUT.iter().any(|dir| path.starts_with(dir))
+            {
+                continue;
+            }
+            assert!(applied.contains(path), "{name}: {path} is never applied");
+        }
+        let position = |dir: &str| {
+            bundle
+                .manifests()
+                .iter()
+                .position(|(path, _)| path.starts_with(dir))
+        };
+        if let (Some(overlay), Some(pool)) = (position("nodeoverlays/"), position("nodepools/")) {
+            assert!(overlay < pool, "{name}: NodeOverlays go before the NodePools");
+        }
+    }
+}
