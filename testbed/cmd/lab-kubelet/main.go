@@ -15,7 +15,8 @@
 //   - health on 127.0.0.1:10248, which `kubeadm join` waits for;
 //   - GPUs: NVML cannot run here, so a GPU instance advertises nvidia.com/gpu only while a
 //     device-plugin container (image k8s-device-plugin) runs on the node AND the fake
-//     containerd runs with nvidia as its default runtime, as the real plugin needs;
+//     containerd runs with nvidia as its default runtime, as the real plugin needs; times
+//     the time-slicing replicas of the plugin's config, as the plugin advertises them;
 //   - EFA: no EFA hardware (nor its kernel driver, /dev/infiniband) can exist here, so an
 //     instance launched with EFA interfaces (the node runner counts them from moto's
 //     DescribeInstances into hardware.json) advertises vpc.amazonaws.com/efa, one per
@@ -66,8 +67,10 @@ const (
 	hardwareFile   = "/etc/kk-lab/hardware.json"
 	devicePluginIm = "k8s-device-plugin"
 	gpuResource    = "nvidia.com/gpu"
-	efaPluginIm    = "aws-efa-k8s-device-plugin"
-	efaResource    = "vpc.amazonaws.com/efa"
+	// The label the GPU Operator's config manager reads a node's device-plugin config from.
+	deviceConfigLabel = "nvidia.com/device-plugin.config"
+	efaPluginIm       = "aws-efa-k8s-device-plugin"
+	efaResource       = "vpc.amazonaws.com/efa"
 )
 
 func main() {
@@ -376,8 +379,9 @@ func serveHealth(ctx context.Context) {
 
 // advertiseGPUs stands in for NVML plus the device plugin's registration with the kubelet:
 // once a device-plugin container runs on this node and containerd's active default runtime
-// is nvidia, the node's status gains nvidia.com/gpu (and keeps it). Without either it never
-// does, which is what a real node shows when the plugin cannot reach the GPUs.
+// is nvidia, the node's status gains nvidia.com/gpu (and keeps it): the GPUs times the
+// time-slicing replicas of the plugin's config. Without either it never does, which is what
+// a real node shows when the plugin cannot reach the GPUs.
 func advertiseGPUs(ctx context.Context, client clientset.Interface, nodeName string, count int) {
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -391,10 +395,11 @@ func advertiseGPUs(ctx context.Context, client clientset.Interface, nodeName str
 		if err != nil {
 			continue
 		}
-		if q, ok := node.Status.Capacity[gpuResource]; ok && q.Value() == int64(count) {
+		if _, ok := node.Status.Capacity[gpuResource]; ok {
 			continue
 		}
-		if !pluginRunning(ctx, client, nodeName, devicePluginIm) {
+		plugin := pluginPod(ctx, client, nodeName, devicePluginIm)
+		if plugin == nil {
 			continue
 		}
 		active, _ := os.ReadFile(runtimeState)
@@ -402,8 +407,63 @@ func advertiseGPUs(ctx context.Context, client clientset.Interface, nodeName str
 			klog.Warningf("device plugin running but containerd's default runtime is %q: no GPUs visible", strings.TrimSpace(string(active)))
 			continue
 		}
-		advertise(ctx, client, nodeName, gpuResource, count)
+		advertise(ctx, client, nodeName, gpuResource, count*sharingReplicas(ctx, client, node, plugin))
 	}
+}
+
+// sharingReplicas is the nvidia.com/gpu time-slicing replicas of the device plugin's config
+// (1 without sharing). The config is a key of a ConfigMap the plugin's pod mounts: the key the
+// node's nvidia.com/device-plugin.config label names (the GPU Operator's config manager picks
+// it so), else the file its --config-file flag names (the bare plugin).
+func sharingReplicas(ctx context.Context, client clientset.Interface, node *v1.Node, plugin *v1.Pod) int {
+	key := node.Labels[deviceConfigLabel]
+	if key == "" {
+		for _, c := range plugin.Spec.Containers {
+			for _, arg := range c.Args {
+				if file, ok := strings.CutPrefix(arg, "--config-file="); ok {
+					key = file[strings.LastIndex(file, "/")+1:]
+				}
+			}
+		}
+	}
+	if key == "" {
+		return 1
+	}
+	for _, volume := range plugin.Spec.Volumes {
+		if volume.ConfigMap == nil {
+			continue
+		}
+		configs, err := client.CoreV1().ConfigMaps(plugin.Namespace).Get(ctx, volume.ConfigMap.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		text, ok := configs.Data[key]
+		if !ok {
+			continue
+		}
+		var config struct {
+			Sharing struct {
+				TimeSlicing struct {
+					Resources []struct {
+						Name     string `json:"name"`
+						Replicas int    `json:"replicas"`
+					} `json:"resources"`
+				} `json:"timeSlicing"`
+			} `json:"sharing"`
+		}
+		if err := yaml.Unmarshal([]byte(text), &config); err != nil {
+			klog.Warningf("device plugin config %s/%s %q: %v", plugin.Namespace, volume.ConfigMap.Name, key, err)
+			return 1
+		}
+		for _, r := range config.Sharing.TimeSlicing.Resources {
+			if r.Name == gpuResource && r.Replicas > 1 {
+				return r.Replicas
+			}
+		}
+		return 1
+	}
+	klog.Warningf("device plugin config %q is in no ConfigMap the plugin mounts: no sharing", key)
+	return 1
 }
 
 // advertiseEFA stands in for the EFA kernel driver plus the AWS EFA device plugin's
@@ -426,7 +486,7 @@ func advertiseEFA(ctx context.Context, client clientset.Interface, nodeName stri
 		if q, ok := node.Status.Capacity[efaResource]; ok && q.Value() == int64(count) {
 			continue
 		}
-		if !pluginRunning(ctx, client, nodeName, efaPluginIm) {
+		if pluginPod(ctx, client, nodeName, efaPluginIm) == nil {
 			continue
 		}
 		advertise(ctx, client, nodeName, efaResource, count)
@@ -445,25 +505,26 @@ func advertise(ctx context.Context, client clientset.Interface, nodeName, name s
 	klog.Infof("advertised %s=%s", name, q)
 }
 
-// pluginRunning says whether a running pod on the node has a container of the image named
-// `image` (the last path element of its repository, whatever the registry or tag:
-// aws-efa-k8s-device-plugin is not k8s-device-plugin).
-func pluginRunning(ctx context.Context, client clientset.Interface, nodeName, image string) bool {
+// pluginPod is a running pod on the node with a container of the image named `image` (the
+// last path element of its repository, whatever the registry or tag:
+// aws-efa-k8s-device-plugin is not k8s-device-plugin), or nil.
+func pluginPod(ctx context.Context, client clientset.Interface, nodeName, image string) *v1.Pod {
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 	if err != nil {
-		return false
+		return nil
 	}
-	for _, p := range pods.Items {
+	for i := range pods.Items {
+		p := &pods.Items[i]
 		if p.Status.Phase != v1.PodRunning {
 			continue
 		}
 		for _, c := range p.Spec.Containers {
 			if imageName(c.Image) == image {
-				return true
+				return p
 			}
 		}
 	}
-	return false
+	return nil
 }
 
 // imageName is an image reference's repository without registry and path, tag or digest.
