@@ -592,6 +592,9 @@ impl Lab {
         // A test may have edited it by hand; the next apply must not meet a field conflict.
         let plugin: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.client.clone(), "kube-system");
+        let operator: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(self.client.clone(), "gpu-operator");
+        let overlays = self.dynamic("karpenter.sh", "v1alpha1", "NodeOverlay");
         rt.block_on(async {
             let _ = plugin
                 .delete("nvidia-device-plugin", &DeleteParams::default())
@@ -599,6 +602,14 @@ impl Lab {
             // Applied only by tests whose spec has an `efa: true` pool; no later apply removes it.
             let _ = plugin
                 .delete("aws-efa-k8s-device-plugin", &DeleteParams::default())
+                .await;
+            // The GPU Operator's stand-in (lab_gpu_sharing) would serve later tests' GPU nodes.
+            let _ = operator
+                .delete("nvidia-device-plugin-daemonset", &DeleteParams::default())
+                .await;
+            // A time-sliced pool's overlays would change what a later test's Karpenter plans.
+            let _ = overlays
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
                 .await;
             let _ = deployments
                 .delete_collection(&DeleteParams::default(), &ListParams::default())

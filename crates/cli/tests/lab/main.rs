@@ -10,6 +10,7 @@ mod lab_doctor;
 mod lab_drift;
 mod lab_e2e;
 mod lab_faults;
+mod lab_gpu_sharing;
 mod lab_iam;
 mod lab_interruption;
 mod lab_join_storm;
