@@ -41,6 +41,9 @@ func (g *gen) staticPool(sc *Scenario) {
 	}
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Replicas = &replicas
+	// Required by the NodePool CRD (the oracle would default it; kk-sim's reader, like the
+	// API server, refuses a pool without it).
+	np.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.test.sh", Kind: "TestNodeClass", Name: "default"}
 	np.Spec.Template.Spec.Requirements = []karpv1.NodeSelectorRequirementWithMinValues{
 		{Key: corev1.LabelInstanceTypeStable, Operator: corev1.NodeSelectorOpIn, Values: types}}
 	if g.zchance(0.3) {
