@@ -264,7 +264,9 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
             if overlays.is_empty() {
                 String::new()
             } else {
-                format!("{overlays} (the time-sliced GPUs each node advertises, so Karpenter packs the sharing pods; before the pools, or their first nodes are planned one GPU per pod), then ")
+                format!(
+                    "{overlays} (the time-sliced GPUs each node advertises, so Karpenter packs the sharing pods; before the pools, or their first nodes are planned one GPU per pod), then "
+                )
             }
         },
         files("nodepools/")

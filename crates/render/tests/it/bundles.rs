@@ -1042,8 +1042,11 @@ fn every_manifest_is_applied_except_the_kinds_apply_leaves_out() {
     const LEFT_OUT: [&str; 2] = ["kueue/", "monitoring/"];
     for (name, cluster) in all_specs() {
         let bundle = render_spec(&cluster);
-        let applied: std::collections::BTreeSet<String> =
-            bundle.manifests().into_iter().map(|(path, _)| path).collect();
+        let applied: std::collections::BTreeSet<String> = bundle
+            .manifests()
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
         for path in bundle.files.keys() {
             if bundle.kind(path) != Some(kk_render::FileKind::Manifest)
                 || LEFT_OUT.iter().any(|dir| path.starts_with(dir))
@@ -1059,7 +1062,10 @@ fn every_manifest_is_applied_except_the_kinds_apply_leaves_out() {
                 .position(|(path, _)| path.starts_with(dir))
         };
         if let (Some(overlay), Some(pool)) = (position("nodeoverlays/"), position("nodepools/")) {
-            assert!(overlay < pool, "{name}: NodeOverlays go before the NodePools");
+            assert!(
+                overlay < pool,
+                "{name}: NodeOverlays go before the NodePools"
+            );
         }
     }
 }
