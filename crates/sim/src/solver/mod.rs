@@ -154,7 +154,7 @@ pub(crate) struct Scheduler<'a> {
     /// The pods to schedule (the input's, or a probe's).
     pods: &'a [Pod],
     index: ResIndex,
-    cat_reqs: Vec<Requirements>,
+    cat_reqs: &'a [Requirements],
     pools: Vec<PreparedPool>,
     claims: Vec<Claim>,
     /// In-flight claims in the order upstream's `newNodeClaims` slice has: new claims are

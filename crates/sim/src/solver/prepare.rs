@@ -411,7 +411,7 @@ impl<'a> Prepared<'a> {
             input,
             pods,
             index: self.index.clone(),
-            cat_reqs: self.cat_reqs.clone(),
+            cat_reqs: &self.cat_reqs,
             pools: self.pools.clone(),
             claims: Vec::new(),
             order: Vec::new(),

@@ -105,13 +105,17 @@ impl Scheduler<'_> {
     fn add(&mut self, pid: usize, pod: &Pod) -> Result<(), PodError> {
         let traced = self.trace_pod == Some(pid);
         for e in 0..self.existing.len() {
-            let r = self.existing_can_add(e, pid, pod);
+            let r = self.existing_can_add(e, pid, pod, traced);
             if traced {
                 let target = format!(
                     "existing node {}",
                     self.input.nodes[self.existing[e].node].name
                 );
-                self.note(pid, target, r.as_ref().map(|_| ()).map_err(Clone::clone));
+                let outcome = match &r {
+                    Ok(_) => Ok(()),
+                    Err(reason) => Err(reason.clone().unwrap_or_default()),
+                };
+                self.note(pid, target, outcome);
             }
             if let Ok(reqs) = r {
                 let data = &self.data[pid];

@@ -10,7 +10,7 @@
 //! Before the first round, nodes past `expireAfter` are removed (expiration is forceful: not
 //! subject to budgets, `do-not-disrupt` or PDBs) and their pods re-provisioned.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::report::CommandOut;
 use super::state::{ClusterState, NodeInfo, PodInfo, Reason};
@@ -151,6 +151,9 @@ struct Command {
 
 pub(super) struct Engine<'a> {
     state: &'a ClusterState,
+    /// `state.pods` by borrowed (namespace, name): looked up for every bound pod of every
+    /// candidate, each pass, where the owned-key map would allocate the key each time.
+    pod_infos: HashMap<(&'a str, &'a str), &'a PodInfo>,
     opts: &'a Options,
     input: Input,
     pub nodes: BTreeMap<String, WorkingNode>,
@@ -189,7 +192,18 @@ fn price_of(catalog: &kk_catalog::Catalog, it: usize, zone: Option<&str>, ct: Op
 
 impl<'a> Engine<'a> {
     pub fn new(state: &'a ClusterState, opts: &'a Options) -> Engine<'a> {
-        let input = state.input.clone();
+        // The cluster's nodes and pods live in `nodes`, `bound` and `pending`; `input` keeps
+        // the rest (each prepared state fills them in).
+        let input = Input {
+            pools: state.input.pools.clone(),
+            pods: Vec::new(),
+            daemonsets: state.input.daemonsets.clone(),
+            nodes: Vec::new(),
+            bound: Vec::new(),
+            catalog: state.input.catalog.clone(),
+            options: state.input.options.clone(),
+            warnings: state.input.warnings.clone(),
+        };
         let catalog = &input.catalog;
         let mut nodes = BTreeMap::new();
         for n in &state.input.nodes {
@@ -231,9 +245,15 @@ impl<'a> Engine<'a> {
         for (node, p) in &state.input.bound {
             bound.entry(node.clone()).or_default().push(p.clone());
         }
+        let pod_infos = state
+            .pods
+            .iter()
+            .map(|((ns, name), info)| ((ns.as_str(), name.as_str()), info))
+            .collect();
         Engine {
             pending: state.input.pods.clone(),
             state,
+            pod_infos,
             opts,
             input,
             nodes,
@@ -250,8 +270,10 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn info(&self, p: &Pod) -> Option<&PodInfo> {
-        self.state.pods.get(&(p.namespace.clone(), p.name.clone()))
+    fn info(&self, p: &Pod) -> Option<&'a PodInfo> {
+        self.pod_infos
+            .get(&(p.namespace.as_str(), p.name.as_str()))
+            .copied()
     }
 
     fn note(&mut self, node: &str, method: Option<Method>, reason: String) {
