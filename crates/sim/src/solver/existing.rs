@@ -1,6 +1,8 @@
 //! Existing nodes (`existingnode.go`): what each has left once its bound pods and the
 //! DaemonSets that would still run there are counted, and whether a pod can join one.
 
+use std::sync::Arc;
+
 use super::fit::with_topology;
 use super::prepare::{pod_requests, pod_requirements};
 use super::{ExistingNode, Input, PreparedPool, Scheduler};
@@ -135,7 +137,7 @@ pub(super) fn existing_templates(
         out.push(ExistingTemplate {
             node: ExistingNode {
                 node: ni,
-                reqs,
+                reqs: Arc::new(reqs),
                 taints,
                 remaining,
                 host: 0,

@@ -134,7 +134,9 @@ struct Claim {
 #[derive(Debug, Clone)]
 struct ExistingNode {
     node: usize,
-    reqs: Requirements,
+    /// Shared with the prepared template until a pod joins: every probe starts from a copy
+    /// of every existing node, and most nodes take no pod.
+    reqs: Arc<Requirements>,
     taints: Vec<Taint>,
     remaining: Res,
     host: u32,

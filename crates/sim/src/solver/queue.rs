@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::outcome::{Attempt, Outcome, Placement, PodError};
 use super::relax::relax;
@@ -125,7 +126,7 @@ impl Scheduler<'_> {
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 let taints = node.taints.clone();
                 self.topology.record(pid, pod, &taints, &reqs);
-                self.existing[e].reqs = reqs;
+                self.existing[e].reqs = Arc::new(reqs);
                 self.placements[pid] = Some(Placement::Existing(e));
                 return Ok(());
             }

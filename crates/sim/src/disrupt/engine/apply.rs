@@ -68,7 +68,7 @@ impl Engine<'_> {
                     zone: n.node.labels.get(labels::ZONE).cloned(),
                     reschedulable: moving.len(),
                     cost: 1.0,
-                    moving,
+                    moving: moving.into(),
                 }
             })
             .collect();

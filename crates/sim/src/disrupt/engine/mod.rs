@@ -11,6 +11,7 @@
 //! subject to budgets, `do-not-disrupt` or PDBs) and their pods re-provisioned.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::report::CommandOut;
 use super::state::{ClusterState, NodeInfo, PodInfo, Reason};
@@ -105,8 +106,9 @@ struct Candidate {
     zone: Option<String>,
     /// Reschedulable pods (`pod.IsReschedulable`).
     reschedulable: usize,
-    /// Pods the simulation moves (`IsCurrentlyReschedulable`).
-    moving: Vec<Pod>,
+    /// Pods the simulation moves (`IsCurrentlyReschedulable`); shared, as every method that
+    /// considers the candidate copies it.
+    moving: Arc<[Pod]>,
     /// `RescheduleDisruptionCost`.
     cost: f64,
 }
@@ -320,10 +322,16 @@ impl<'a> Engine<'a> {
             Method::SingleNode,
         ];
         let graceful = self.candidates(Method::Emptiness, true);
-        let eventual = self.candidates(Method::Drift, false);
+        // Only drifted nodes are eventual candidates of any use (StaticDrift, Drift).
+        let eventual = if self.nodes.values().any(|n| n.info.drifted_at.is_some()) {
+            self.candidates(Method::Drift, false)
+        } else {
+            Vec::new()
+        };
         let totals = self.totals(&graceful);
+        let state = self.state;
         for m in methods {
-            let pool_of = |c: &Candidate| self.state.pools[&c.pool].clone();
+            let pool_of = |c: &Candidate| &state.pools[&c.pool];
             let mut chosen = Vec::new();
             match m {
                 Method::StaticDrift => {
