@@ -180,14 +180,22 @@ impl Scheduler<'_> {
         detail: bool,
     ) -> Result<Requirements, Option<String>> {
         let node = &self.existing[e];
+        let data = &self.data[pid];
+        let fits = |remaining: &[i64]| {
+            !remaining.iter().any(|v| *v < 0) && res::fits(&data.requests, remaining)
+        };
+        // Untraced, only whether every check passes matters: the cheapest, and the one most
+        // nodes fail (a full node), goes first.
+        if !detail && !fits(&node.remaining) {
+            return Err(None);
+        }
         if let Some(t) = untolerated(&node.taints, &pod.tolerations) {
             return Err(detail.then(|| format!("untolerated taint {t}")));
         }
         if let Some(p) = pod.host_ports.iter().find(|p| node.host_ports.contains(p)) {
             return Err(detail.then(|| format!("host port {}/{} in use", p.0, p.1)));
         }
-        let data = &self.data[pid];
-        if node.remaining.iter().any(|v| *v < 0) || !res::fits(&data.requests, &node.remaining) {
+        if !fits(&node.remaining) {
             return Err(detail.then(|| {
                 format!(
                     "exceeds node resources (needs {}, has {})",

@@ -82,25 +82,35 @@ pub(super) fn pod_requests(index: &ResIndex, pod: &Pod) -> Res {
 
 /// Every resource name anything in the input mentions.
 fn resource_index(input: &Input) -> ResIndex {
-    let mut names: BTreeSet<String> = BTreeSet::new();
+    // Borrowed: every bound pod is read, and copying its keys showed in the profile.
+    let mut names: BTreeSet<&str> = BTreeSet::new();
     for it in input.catalog.types() {
-        names.extend(it.capacity.extended.keys().cloned());
+        names.extend(it.capacity.extended.keys().map(String::as_str));
     }
     for p in input.pods.iter().chain(&input.daemonsets) {
-        names.extend(p.requests.keys().cloned());
+        names.extend(p.requests.keys().map(String::as_str));
     }
     for (_, p) in &input.bound {
-        names.extend(p.requests.keys().cloned());
+        names.extend(p.requests.keys().map(String::as_str));
     }
     for n in &input.nodes {
-        names.extend(n.allocatable.keys().cloned());
-        names.extend(n.capacity.keys().cloned());
+        names.extend(n.allocatable.keys().map(String::as_str));
+        names.extend(n.capacity.keys().map(String::as_str));
     }
     for p in &input.pools {
-        names.extend(p.limits.keys().filter(|k| *k != "nodes").cloned());
-        names.extend(p.capacity_overlay.values().flat_map(|r| r.keys().cloned()));
+        names.extend(
+            p.limits
+                .keys()
+                .filter(|k| *k != "nodes")
+                .map(String::as_str),
+        );
+        names.extend(
+            p.capacity_overlay
+                .values()
+                .flat_map(|r| r.keys().map(String::as_str)),
+        );
     }
-    ResIndex::new(names.iter().map(String::as_str))
+    ResIndex::new(names.iter().copied())
 }
 
 /// NodePools by weight, equal weights by name descending (nodepoolutils.OrderByWeight);

@@ -56,17 +56,18 @@ impl Engine<'_> {
                 continue;
             };
             // Pods without a PodInfo are not the simulation's to judge: every check skips them.
-            let pods: Vec<(&Pod, &PodInfo)> = self
+            let pods: Vec<(usize, &Pod, &PodInfo)> = self
                 .bound
                 .get(name)
                 .into_iter()
                 .flatten()
-                .filter_map(|p| Some((p, self.info(p)?)))
+                .enumerate()
+                .filter_map(|(at, p)| Some((at, p, self.info(p)?)))
                 .collect();
             let eventual_ok =
                 method.eventual() && n.info.termination_grace.unwrap_or(pool.termination_grace);
             let mut blocked = None;
-            for &(_, info) in &pods {
+            for &(_, _, info) in &pods {
                 if info.active() && info.do_not_disrupt_active(now) {
                     blocked = Some(format!(
                         "pod {} has \"karpenter.sh/do-not-disrupt\" annotation",
@@ -76,7 +77,7 @@ impl Engine<'_> {
                 }
             }
             if blocked.is_none() {
-                'pods: for &(p, info) in &pods {
+                'pods: for &(_, p, info) in &pods {
                     let tolerates_disrupted = untolerated(&disrupted, &p.tolerations).is_none();
                     if !info.active()
                         || tolerates_disrupted
@@ -123,7 +124,7 @@ impl Engine<'_> {
             let mut reschedulable = 0;
             let mut cost = 1.0;
             let mut moving = Vec::new();
-            for &(p, info) in &pods {
+            for &(at, _, info) in &pods {
                 if !info.reschedulable() {
                     continue;
                 }
@@ -135,7 +136,7 @@ impl Engine<'_> {
                         && !(d.always_allow_unhealthy && info.not_ready)
                 });
                 if (!info.active() || !info.do_not_disrupt_active(now)) && !fully_blocked {
-                    moving.push(p.clone());
+                    moving.push(at);
                 }
             }
             out.push(Candidate {

@@ -106,9 +106,10 @@ struct Candidate {
     zone: Option<String>,
     /// Reschedulable pods (`pod.IsReschedulable`).
     reschedulable: usize,
-    /// Pods the simulation moves (`IsCurrentlyReschedulable`); shared, as every method that
+    /// Pods the simulation moves (`IsCurrentlyReschedulable`), by index into the node's bound
+    /// pods (unchanged until a command is carried out); shared, as every method that
     /// considers the candidate copies it.
-    moving: Arc<[Pod]>,
+    moving: Arc<[usize]>,
     /// `RescheduleDisruptionCost`.
     cost: f64,
 }
