@@ -1,6 +1,8 @@
 //! Existing nodes (`existingnode.go`): what each has left once its bound pods and the
 //! DaemonSets that would still run there are counted, and whether a pod can join one.
 
+use std::sync::Arc;
+
 use super::fit::with_topology;
 use super::prepare::{pod_requests, pod_requirements};
 use super::{ExistingNode, Input, PreparedPool, Scheduler};
@@ -135,7 +137,7 @@ pub(super) fn existing_templates(
         out.push(ExistingTemplate {
             node: ExistingNode {
                 node: ni,
-                reqs,
+                reqs: Arc::new(reqs),
                 taints,
                 remaining,
                 host: 0,
@@ -167,34 +169,49 @@ impl Scheduler<'_> {
         }
     }
 
-    /// The requirements the node would have once `pod` joins it, or why it cannot.
+    /// The requirements the node would have once `pod` joins it, or why it cannot. `detail`
+    /// off (the pod is not traced): a rejection is `Err(None)` and nothing is formatted, as
+    /// nothing reads why an existing node refused an untraced pod.
     pub(super) fn existing_can_add(
         &mut self,
         e: usize,
         pid: usize,
         pod: &Pod,
-    ) -> Result<Requirements, String> {
+        detail: bool,
+    ) -> Result<Requirements, Option<String>> {
         let node = &self.existing[e];
+        let data = &self.data[pid];
+        let fits = |remaining: &[i64]| {
+            !remaining.iter().any(|v| *v < 0) && res::fits(&data.requests, remaining)
+        };
+        // Untraced, only whether every check passes matters: the cheapest, and the one most
+        // nodes fail (a full node), goes first.
+        if !detail && !fits(&node.remaining) {
+            return Err(None);
+        }
         if let Some(t) = untolerated(&node.taints, &pod.tolerations) {
-            return Err(format!("untolerated taint {t}"));
+            return Err(detail.then(|| format!("untolerated taint {t}")));
         }
         if let Some(p) = pod.host_ports.iter().find(|p| node.host_ports.contains(p)) {
-            return Err(format!("host port {}/{} in use", p.0, p.1));
+            return Err(detail.then(|| format!("host port {}/{} in use", p.0, p.1)));
         }
-        let data = &self.data[pid];
-        if node.remaining.iter().any(|v| *v < 0) || !res::fits(&data.requests, &node.remaining) {
-            return Err(format!(
-                "exceeds node resources (needs {}, has {})",
-                self.describe(&data.requests),
-                self.describe(&node.remaining)
-            ));
+        if !fits(&node.remaining) {
+            return Err(detail.then(|| {
+                format!(
+                    "exceeds node resources (needs {}, has {})",
+                    self.describe(&data.requests),
+                    self.describe(&node.remaining)
+                )
+            }));
         }
         if let Err(c) = node.reqs.compatible(&data.reqs, false) {
-            return Err(format!("incompatible requirements: {c}"));
+            return Err(detail.then(|| format!("incompatible requirements: {c}")));
         }
         let host = node.host;
         if !self.topology.hostname_allows(pid, pod, host) {
-            return Err("pod (anti-)affinity or topology spread on kubernetes.io/hostname".into());
+            return Err(detail.then(|| {
+                "pod (anti-)affinity or topology spread on kubernetes.io/hostname".into()
+            }));
         }
         with_topology(
             &mut self.topology,
@@ -202,9 +219,8 @@ impl Scheduler<'_> {
             pod,
             data,
             &self.existing[e].reqs,
-            true,
+            detail,
             false,
         )
-        .map_err(Option::unwrap_or_default)
     }
 }

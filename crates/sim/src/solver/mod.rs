@@ -134,7 +134,9 @@ struct Claim {
 #[derive(Debug, Clone)]
 struct ExistingNode {
     node: usize,
-    reqs: Requirements,
+    /// Shared with the prepared template until a pod joins: every probe starts from a copy
+    /// of every existing node, and most nodes take no pod.
+    reqs: Arc<Requirements>,
     taints: Vec<Taint>,
     remaining: Res,
     host: u32,
@@ -154,7 +156,7 @@ pub(crate) struct Scheduler<'a> {
     /// The pods to schedule (the input's, or a probe's).
     pods: &'a [Pod],
     index: ResIndex,
-    cat_reqs: Vec<Requirements>,
+    cat_reqs: &'a [Requirements],
     pools: Vec<PreparedPool>,
     claims: Vec<Claim>,
     /// In-flight claims in the order upstream's `newNodeClaims` slice has: new claims are

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::outcome::{Attempt, Outcome, Placement, PodError};
 use super::relax::relax;
@@ -105,13 +106,17 @@ impl Scheduler<'_> {
     fn add(&mut self, pid: usize, pod: &Pod) -> Result<(), PodError> {
         let traced = self.trace_pod == Some(pid);
         for e in 0..self.existing.len() {
-            let r = self.existing_can_add(e, pid, pod);
+            let r = self.existing_can_add(e, pid, pod, traced);
             if traced {
                 let target = format!(
                     "existing node {}",
                     self.input.nodes[self.existing[e].node].name
                 );
-                self.note(pid, target, r.as_ref().map(|_| ()).map_err(Clone::clone));
+                let outcome = match &r {
+                    Ok(_) => Ok(()),
+                    Err(reason) => Err(reason.clone().unwrap_or_default()),
+                };
+                self.note(pid, target, outcome);
             }
             if let Ok(reqs) = r {
                 let data = &self.data[pid];
@@ -121,7 +126,7 @@ impl Scheduler<'_> {
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 let taints = node.taints.clone();
                 self.topology.record(pid, pod, &taints, &reqs);
-                self.existing[e].reqs = reqs;
+                self.existing[e].reqs = Arc::new(reqs);
                 self.placements[pid] = Some(Placement::Existing(e));
                 return Ok(());
             }

@@ -68,6 +68,9 @@ pub struct BoundPod {
 pub struct Cluster {
     nodes: Vec<(Node, Requirements)>,
     bound: Vec<BoundPod>,
+    /// The bound pods with required anti-affinity (by index into `bound`), which every
+    /// simulation starts from: found once, not once per simulation.
+    anti: Vec<usize>,
 }
 
 impl Cluster {
@@ -76,7 +79,10 @@ impl Cluster {
             .iter()
             .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
             .collect();
-        Cluster { nodes, bound }
+        let anti = (0..bound.len())
+            .filter(|&i| !bound[i].pod.anti_affinity.is_empty())
+            .collect();
+        Cluster { nodes, bound, anti }
     }
 }
 
@@ -133,8 +139,8 @@ impl Topology {
             inverse_selecting: vec![(usize::MAX, Vec::new()); pod_count],
         };
         // Existing pods with required anti-affinity repel the pods they select.
-        for bp in &cluster.bound {
-            if bp.pod.anti_affinity.is_empty() || t.is_gone(bp.node) {
+        for bp in cluster.anti.iter().map(|&i| &cluster.bound[i]) {
+            if t.is_gone(bp.node) {
                 continue;
             }
             let node_labels = &cluster.nodes[bp.node].0.labels;

@@ -15,7 +15,6 @@ use crate::disrupt::state::NodeInfo;
 use crate::disrupt::state::PodInfo;
 use crate::labels;
 use crate::model::Node;
-use crate::model::Pod;
 use crate::solver::Placement;
 use std::collections::BTreeMap;
 
@@ -51,13 +50,14 @@ impl Engine<'_> {
             .iter()
             .map(|name| {
                 let n = &self.nodes[name];
-                let moving: Vec<Pod> = self
+                let moving: Vec<usize> = self
                     .bound
                     .get(name)
                     .into_iter()
                     .flatten()
-                    .filter(|p| self.info(p).is_some_and(PodInfo::reschedulable))
-                    .cloned()
+                    .enumerate()
+                    .filter(|(_, p)| self.info(p).is_some_and(PodInfo::reschedulable))
+                    .map(|(at, _)| at)
                     .collect();
                 Candidate {
                     name: name.clone(),
@@ -68,7 +68,7 @@ impl Engine<'_> {
                     zone: n.node.labels.get(labels::ZONE).cloned(),
                     reschedulable: moving.len(),
                     cost: 1.0,
-                    moving,
+                    moving: moving.into(),
                 }
             })
             .collect();

@@ -5,10 +5,12 @@ use super::BALANCED_K;
 use super::Candidate;
 use super::Engine;
 use super::Method;
+use crate::disrupt::state::PodInfo;
 use crate::disrupt::state::Policy;
 use crate::disrupt::state::Reason;
 use crate::labels;
 use crate::model::Effect;
+use crate::model::Pod;
 use crate::model::Taint;
 use crate::model::untolerated;
 use std::collections::BTreeMap;
@@ -20,6 +22,11 @@ impl Engine<'_> {
         let now = self.opts.now;
         let mut out = Vec::new();
         let mut notes = Vec::new();
+        let disrupted = [Taint {
+            key: "karpenter.sh/disrupted".into(),
+            value: String::new(),
+            effect: Effect::NoSchedule,
+        }];
         for (name, n) in &self.nodes {
             let why = |s: &str| (name.clone(), s.to_owned());
             if !n.managed {
@@ -48,12 +55,19 @@ impl Engine<'_> {
                 ));
                 continue;
             };
-            let pods = self.bound.get(name).map(Vec::as_slice).unwrap_or(&[]);
+            // Pods without a PodInfo are not the simulation's to judge: every check skips them.
+            let pods: Vec<(usize, &Pod, &PodInfo)> = self
+                .bound
+                .get(name)
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(at, p)| Some((at, p, self.info(p)?)))
+                .collect();
             let eventual_ok =
                 method.eventual() && n.info.termination_grace.unwrap_or(pool.termination_grace);
             let mut blocked = None;
-            for p in pods {
-                let Some(info) = self.info(p) else { continue };
+            for &(_, _, info) in &pods {
                 if info.active() && info.do_not_disrupt_active(now) {
                     blocked = Some(format!(
                         "pod {} has \"karpenter.sh/do-not-disrupt\" annotation",
@@ -63,17 +77,8 @@ impl Engine<'_> {
                 }
             }
             if blocked.is_none() {
-                'pods: for p in pods {
-                    let Some(info) = self.info(p) else { continue };
-                    let tolerates_disrupted = untolerated(
-                        &[Taint {
-                            key: "karpenter.sh/disrupted".into(),
-                            value: String::new(),
-                            effect: Effect::NoSchedule,
-                        }],
-                        &p.tolerations,
-                    )
-                    .is_none();
+                'pods: for &(_, p, info) in &pods {
+                    let tolerates_disrupted = untolerated(&disrupted, &p.tolerations).is_none();
                     if !info.active()
                         || tolerates_disrupted
                         || info.mirror()
@@ -119,8 +124,7 @@ impl Engine<'_> {
             let mut reschedulable = 0;
             let mut cost = 1.0;
             let mut moving = Vec::new();
-            for p in pods {
-                let Some(info) = self.info(p) else { continue };
+            for &(at, _, info) in &pods {
                 if !info.reschedulable() {
                     continue;
                 }
@@ -132,7 +136,7 @@ impl Engine<'_> {
                         && !(d.always_allow_unhealthy && info.not_ready)
                 });
                 if (!info.active() || !info.do_not_disrupt_active(now)) && !fully_blocked {
-                    moving.push(p.clone());
+                    moving.push(at);
                 }
             }
             out.push(Candidate {
@@ -143,7 +147,7 @@ impl Engine<'_> {
                 capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
                 zone: n.node.labels.get(labels::ZONE).cloned(),
                 reschedulable,
-                moving,
+                moving: moving.into(),
                 cost,
             });
         }

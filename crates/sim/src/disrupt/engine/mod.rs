@@ -10,7 +10,8 @@
 //! Before the first round, nodes past `expireAfter` are removed (expiration is forceful: not
 //! subject to budgets, `do-not-disrupt` or PDBs) and their pods re-provisioned.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::report::CommandOut;
 use super::state::{ClusterState, NodeInfo, PodInfo, Reason};
@@ -105,8 +106,10 @@ struct Candidate {
     zone: Option<String>,
     /// Reschedulable pods (`pod.IsReschedulable`).
     reschedulable: usize,
-    /// Pods the simulation moves (`IsCurrentlyReschedulable`).
-    moving: Vec<Pod>,
+    /// Pods the simulation moves (`IsCurrentlyReschedulable`), by index into the node's bound
+    /// pods (unchanged until a command is carried out); shared, as every method that
+    /// considers the candidate copies it.
+    moving: Arc<[usize]>,
     /// `RescheduleDisruptionCost`.
     cost: f64,
 }
@@ -151,6 +154,9 @@ struct Command {
 
 pub(super) struct Engine<'a> {
     state: &'a ClusterState,
+    /// `state.pods` by borrowed (namespace, name): looked up for every bound pod of every
+    /// candidate, each pass, where the owned-key map would allocate the key each time.
+    pod_infos: HashMap<(&'a str, &'a str), &'a PodInfo>,
     opts: &'a Options,
     input: Input,
     pub nodes: BTreeMap<String, WorkingNode>,
@@ -189,7 +195,18 @@ fn price_of(catalog: &kk_catalog::Catalog, it: usize, zone: Option<&str>, ct: Op
 
 impl<'a> Engine<'a> {
     pub fn new(state: &'a ClusterState, opts: &'a Options) -> Engine<'a> {
-        let input = state.input.clone();
+        // The cluster's nodes and pods live in `nodes`, `bound` and `pending`; `input` keeps
+        // the rest (each prepared state fills them in).
+        let input = Input {
+            pools: state.input.pools.clone(),
+            pods: Vec::new(),
+            daemonsets: state.input.daemonsets.clone(),
+            nodes: Vec::new(),
+            bound: Vec::new(),
+            catalog: state.input.catalog.clone(),
+            options: state.input.options.clone(),
+            warnings: state.input.warnings.clone(),
+        };
         let catalog = &input.catalog;
         let mut nodes = BTreeMap::new();
         for n in &state.input.nodes {
@@ -231,9 +248,15 @@ impl<'a> Engine<'a> {
         for (node, p) in &state.input.bound {
             bound.entry(node.clone()).or_default().push(p.clone());
         }
+        let pod_infos = state
+            .pods
+            .iter()
+            .map(|((ns, name), info)| ((ns.as_str(), name.as_str()), info))
+            .collect();
         Engine {
             pending: state.input.pods.clone(),
             state,
+            pod_infos,
             opts,
             input,
             nodes,
@@ -250,8 +273,10 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn info(&self, p: &Pod) -> Option<&PodInfo> {
-        self.state.pods.get(&(p.namespace.clone(), p.name.clone()))
+    fn info(&self, p: &Pod) -> Option<&'a PodInfo> {
+        self.pod_infos
+            .get(&(p.namespace.as_str(), p.name.as_str()))
+            .copied()
     }
 
     fn note(&mut self, node: &str, method: Option<Method>, reason: String) {
@@ -298,10 +323,16 @@ impl<'a> Engine<'a> {
             Method::SingleNode,
         ];
         let graceful = self.candidates(Method::Emptiness, true);
-        let eventual = self.candidates(Method::Drift, false);
+        // Only drifted nodes are eventual candidates of any use (StaticDrift, Drift).
+        let eventual = if self.nodes.values().any(|n| n.info.drifted_at.is_some()) {
+            self.candidates(Method::Drift, false)
+        } else {
+            Vec::new()
+        };
         let totals = self.totals(&graceful);
+        let state = self.state;
         for m in methods {
-            let pool_of = |c: &Candidate| self.state.pools[&c.pool].clone();
+            let pool_of = |c: &Candidate| &state.pools[&c.pool];
             let mut chosen = Vec::new();
             match m {
                 Method::StaticDrift => {

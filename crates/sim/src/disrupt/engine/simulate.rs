@@ -95,7 +95,8 @@ impl Engine<'_> {
         let mut pods = prepared.input().pods.clone();
         let first_moved = pods.len();
         for c in candidates {
-            pods.extend(c.moving.iter().cloned());
+            let bound = self.bound.get(&c.name).map_or(&[][..], Vec::as_slice);
+            pods.extend(c.moving.iter().map(|&at| bound[at].clone()));
         }
         let outcome = prepared.simulate(&pods, &gone);
         // Upstream indexes existing nodes in the simulation's own node list: the kept ones.
