@@ -14,10 +14,11 @@ use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live};
 const NODES: usize = 30;
 const MIN: Duration = Duration::from_secs(60);
 
+/// The storm pool's claims with `condition` (the bundle's GPU smoke pod has a claim of its own).
 fn count(lab: &Lab, condition: &str) -> usize {
     lab.nodeclaims()
         .iter()
-        .filter(|nc| is_true(nc, condition))
+        .filter(|nc| crate::harness::pool_of(nc) == "workload-general" && is_true(nc, condition))
         .count()
 }
 
@@ -46,7 +47,9 @@ fn join_storm_of_30_nodes_while_the_token_rotates_twice_loses_no_join() {
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", (NODES * 3) as i32);
     let mut joined_at_rotation = Vec::new();
-    for registered in [NODES / 3, 2 * NODES / 3] {
+    // Early enough that the joins outlast both rotations under CI's load (at 10 and 20 of 30 the
+    // second came after the last join once).
+    for registered in [NODES / 4, NODES / 2] {
         lab.wait(
             &format!("{registered} NodeClaims registered"),
             5 * MIN,
