@@ -35,11 +35,15 @@ pub fn live(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// The lab spec's join stores: the SSM parameter (mode ssm) and the Secrets Manager secret
-/// (mode secrets-manager, the default name).
+/// The GPU Operator's device plugin DaemonSet (in `gpu-operator`), which lab_gpu_sharing
+/// stands in for and reset removes.
+pub const OPERATOR_DEVICE_PLUGIN_DAEMONSET: &str = "nvidia-device-plugin-daemonset";
+
 /// The lab spec's SSM join store (`join.storeName`).
 pub const JOIN_STORE: &str = "/kubean-karpenter/lab/join";
 
+/// How many of the lab spec's join stores exist: the SSM parameter (mode ssm) and the Secrets
+/// Manager secret (mode secrets-manager, the default name). `DELETE_STORES` removes both.
 const STORES_WITH_A_TOKEN: &str = "sm = boto3.client('secretsmanager')
 n = len(ssm.get_parameters(Names=['/kubean-karpenter/lab/join'])['Parameters'])
 n += len(sm.list_secrets(Filters=[{'Key': 'name', 'Values': ['kubean-karpenter/lab/join']}])['SecretList'])
@@ -371,11 +375,20 @@ impl Lab {
         let api: Api<DynamicObject> =
             Api::all_with(self.client.clone(), &ApiResource::from_gvk(&gvk));
         let name = obj["metadata"]["name"].as_str().unwrap();
+        self.server_side_apply(&api, name, obj);
+    }
+
+    /// Server-side applies `object` as the tests' field manager, taking over any field another
+    /// manager set (a test's object must be what it says).
+    pub fn server_side_apply<K>(&self, api: &Api<K>, name: &str, object: &Value)
+    where
+        K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+    {
         self.rt
             .block_on(api.patch(
                 name,
                 &PatchParams::apply("kk-lab-test").force(),
-                &Patch::Apply(obj),
+                &Patch::Apply(object),
             ))
             .unwrap();
     }
@@ -605,7 +618,7 @@ impl Lab {
                 .await;
             // The GPU Operator's stand-in (lab_gpu_sharing) would serve later tests' GPU nodes.
             let _ = operator
-                .delete("nvidia-device-plugin-daemonset", &DeleteParams::default())
+                .delete(OPERATOR_DEVICE_PLUGIN_DAEMONSET, &DeleteParams::default())
                 .await;
             // A time-sliced pool's overlays would change what a later test's Karpenter plans.
             let _ = overlays
@@ -795,6 +808,14 @@ pub fn edit_store(lab: &Lab, store: &str, key: &str, value: &str) {
 /// The first NodeClaim of a pool.
 pub fn claim_of(lab: &Lab, pool: &str) -> Option<DynamicObject> {
     lab.nodeclaims().into_iter().find(|nc| pool_of(nc) == pool)
+}
+
+/// Every NodeClaim of a pool.
+pub fn claims_of(lab: &Lab, pool: &str) -> Vec<DynamicObject> {
+    lab.nodeclaims()
+        .into_iter()
+        .filter(|nc| pool_of(nc) == pool)
+        .collect()
 }
 
 /// A NodeClaim condition's status ("True", "False", "Unknown"), if present.

@@ -328,13 +328,7 @@ fn service_account_kubeconfig(lab: &Lab, name: &str) -> std::path::PathBuf {
     use k8s_openapi::api::core::v1::ServiceAccount;
     let accounts: Api<ServiceAccount> = Api::namespaced(lab.client.clone(), "default");
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}});
-    lab.rt
-        .block_on(accounts.patch(
-            name,
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&account),
-        ))
-        .unwrap();
+    lab.server_side_apply(&accounts, name, &account);
     let request: TokenRequest =
         serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 600}}))
             .unwrap();
@@ -419,13 +413,7 @@ fn discovery_needs_only_the_permissions_it_prints_and_says_what_it_may_not_read(
     let role = &permissions["clusterRole"];
     let roles = lab.dynamic("rbac.authorization.k8s.io", "v1", "ClusterRole");
     let name = role["metadata"]["name"].as_str().unwrap();
-    lab.rt
-        .block_on(roles.patch(
-            name,
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(role),
-        ))
-        .unwrap();
+    lab.server_side_apply(&roles, name, role);
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "kk-discover-only"},
@@ -433,13 +421,7 @@ fn discovery_needs_only_the_permissions_it_prints_and_says_what_it_may_not_read(
         "subjects": [{"kind": "ServiceAccount", "name": "kk-discover-only", "namespace": "default"}],
     });
     let bindings = lab.dynamic("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding");
-    lab.rt
-        .block_on(bindings.patch(
-            "kk-discover-only",
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&binding),
-        ))
-        .unwrap();
+    lab.server_side_apply(&bindings, "kk-discover-only", &binding);
     let only = service_account_kubeconfig(&lab, "kk-discover-only");
     let as_admin = lab.cli(&["init", "--discover"]);
     let as_only = lab.cli(&["init", "--discover", "--kubeconfig", only.to_str().unwrap()]);

@@ -270,13 +270,7 @@ fn undo(lab: &mut Lab, records: &[String], aws_undo: &str) {
             "metadata": {"name": name, "namespace": "kube-system",
                          "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter"}},
             "data": {"planted": "by lab_apply_killed"}});
-        lab.rt
-            .block_on(configmaps.patch(
-                name,
-                &PatchParams::apply("kk-lab-test").force(),
-                &Patch::Apply(&stale),
-            ))
-            .unwrap();
+        lab.server_side_apply(&configmaps, name, &stale);
         stale_lines.push(format!("v1 ConfigMap kube-system {name}"));
     }
     let inventory = json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -284,13 +278,7 @@ fn undo(lab: &mut Lab, records: &[String], aws_undo: &str) {
                      "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter",
                                 "kubean-karpenter.io/cluster": "lab"}},
         "data": {"objects": stale_lines.join("\n")}});
-    lab.rt
-        .block_on(configmaps.patch(
-            "kubean-karpenter-applied-lab",
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&inventory),
-        ))
-        .unwrap();
+    lab.server_side_apply(&configmaps, "kubean-karpenter-applied-lab", &inventory);
     lab.aws(aws_undo);
 }
 
@@ -379,14 +367,11 @@ fn apply_killed_after_each_step_converges_on_the_next_apply() {
     }
     // Kubean's own namespace exists wherever Kubean is installed (as `Lab::deploy` makes it).
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(lab.client.clone());
-    lab.rt
-        .block_on(namespaces.patch(
-            "kubean-system",
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&json!({"apiVersion": "v1", "kind": "Namespace",
-                                  "metadata": {"name": "kubean-system"}})),
-        ))
-        .unwrap();
+    lab.server_side_apply(
+        &namespaces,
+        "kubean-system",
+        &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}),
+    );
     let (spec, _bundle) = lab.render(|s| s);
     let kubeconfig = lab.var("KUBECONFIG");
     let args = [

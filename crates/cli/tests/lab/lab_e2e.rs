@@ -459,13 +459,7 @@ fn join_mode_static_node_joins_with_the_token_in_its_user_data() {
             "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
         },
     });
-    lab.rt
-        .block_on(secrets.patch(
-            &name,
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&secret),
-        ))
-        .unwrap();
+    lab.server_side_apply(&secrets, &name, &secret);
     lab.deploy(&spec, &bundle);
     lab.scale("inflate-workload-general", 1);
     follow_to_initialized(&mut lab, "workload-general");

@@ -17,10 +17,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use kk_model::yaml::{LoadLimits, load_documents};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::{Value, json};
 
-use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live, pod_available, pool_of};
+use crate::harness::{
+    Lab, OPERATOR_DEVICE_PLUGIN_DAEMONSET, assert_no_orphan_no_duplicate, claims_of, is_true, live,
+    pod_available,
+};
 
 const MIN: Duration = Duration::from_secs(60);
 const GPU_POOL: &str = "workload-gpu-l4";
@@ -76,7 +79,7 @@ fn operator_stand_in(lab: &Lab, bundle: &Path) {
         .unwrap()
         .remove(0)
         .value;
-    let name = "nvidia-device-plugin-daemonset";
+    let name = OPERATOR_DEVICE_PLUGIN_DAEMONSET;
     let labels = json!({"app": name});
     let daemonset = json!({
         "apiVersion": "apps/v1",
@@ -107,13 +110,7 @@ fn operator_stand_in(lab: &Lab, bundle: &Path) {
         },
     });
     let api: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "gpu-operator");
-    lab.rt
-        .block_on(api.patch(
-            name,
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&daemonset),
-        ))
-        .unwrap();
+    lab.server_side_apply(&api, name, &daemonset);
 }
 
 /// A Deployment of `replicas` pods asking one `nvidia.com/gpu` each on the GPU pool.
@@ -141,23 +138,10 @@ fn gpu_deployment(lab: &Lab, replicas: i32) {
         },
     });
     let api: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
-    lab.rt
-        .block_on(api.patch(
-            name,
-            &PatchParams::apply("kk-lab-test").force(),
-            &Patch::Apply(&deployment),
-        ))
-        .unwrap();
+    lab.server_side_apply(&api, name, &deployment);
 }
 
-fn claims_of(lab: &Lab, pool: &str) -> Vec<kube::api::DynamicObject> {
-    lab.nodeclaims()
-        .into_iter()
-        .filter(|nc| pool_of(nc) == pool)
-        .collect()
-}
-
-fn names(claims: &[kube::api::DynamicObject]) -> Vec<String> {
+fn names(claims: &[DynamicObject]) -> Vec<String> {
     claims
         .iter()
         .filter_map(|nc| nc.metadata.name.clone())

@@ -9,16 +9,19 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::DynamicObject;
 
-use crate::harness::{Lab, assert_no_orphan_no_duplicate, is_true, live};
+use crate::harness::{Lab, assert_no_orphan_no_duplicate, claims_of, is_true, live};
 
 const NODES: usize = 30;
 const MIN: Duration = Duration::from_secs(60);
 
-/// The storm pool's claims with `condition` (the bundle's GPU smoke pod has a claim of its own).
+/// The pool the storm scales (the bundle's GPU smoke pod has a claim of its own pool).
+const POOL: &str = "workload-general";
+
+/// The storm pool's claims with `condition`.
 fn count(lab: &Lab, condition: &str) -> usize {
-    lab.nodeclaims()
+    claims_of(lab, POOL)
         .iter()
-        .filter(|nc| crate::harness::pool_of(nc) == "workload-general" && is_true(nc, condition))
+        .filter(|nc| is_true(nc, condition))
         .count()
 }
 
@@ -84,18 +87,7 @@ fn join_storm_of_30_nodes_while_the_token_rotates_twice_loses_no_join() {
             .all(|nc| is_true(nc, "Initialized"))
             .then_some(())
     });
-    // The bundle's GPU smoke pod has a claim of its own pool.
-    let claims: Vec<DynamicObject> = lab
-        .nodeclaims()
-        .into_iter()
-        .filter(|nc| {
-            nc.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("karpenter.sh/nodepool"))
-                .is_some_and(|p| p == "workload-general")
-        })
-        .collect();
+    let claims = claims_of(&lab, POOL);
     assert_eq!(
         claims.len(),
         NODES,
