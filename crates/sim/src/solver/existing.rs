@@ -195,14 +195,13 @@ impl Scheduler<'_> {
         if let Some(p) = pod.host_ports.iter().find(|p| node.host_ports.contains(p)) {
             return Err(detail.then(|| format!("host port {}/{} in use", p.0, p.1)));
         }
-        if !fits(&node.remaining) {
-            return Err(detail.then(|| {
-                format!(
-                    "exceeds node resources (needs {}, has {})",
-                    self.describe(&data.requests),
-                    self.describe(&node.remaining)
-                )
-            }));
+        // Untraced, the first check already said it fits.
+        if detail && !fits(&node.remaining) {
+            return Err(Some(format!(
+                "exceeds node resources (needs {}, has {})",
+                self.describe(&data.requests),
+                self.describe(&node.remaining)
+            )));
         }
         if let Err(c) = node.reqs.compatible(&data.reqs, false) {
             return Err(detail.then(|| format!("incompatible requirements: {c}")));
