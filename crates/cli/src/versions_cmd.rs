@@ -98,11 +98,13 @@ fn pins(cluster: &ElasticCluster) -> Vec<Value> {
     images::bundle_images(&cluster.spec)
         .into_iter()
         .filter(|i| !i.tag.is_empty())
-        // One row per component: the EBS CSI chart's images share the chart's version.
+        // One row per component: a chart's images (`chart/image`) share the chart's version.
         .filter(|i| seen.insert(i.key.split('/').next().unwrap_or(&i.key).to_owned()))
         .map(|image| {
             let component = image.key.split('/').next().unwrap_or(&image.key);
-            let (version, newest_patch, newest) = if component == versions::EBS_CSI_DRIVER {
+            // A chart's images share the chart's version.
+            let chart = image.key.contains('/');
+            let (version, newest_patch, newest) = if chart {
                 let c = versions::component(component);
                 (
                     versions::default_version(component).to_owned(),

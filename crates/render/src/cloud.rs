@@ -129,26 +129,7 @@ fn ebs_csi_values(cluster: &ElasticCluster) -> Value {
             "tolerateAllTaints": true,
         },
     });
-    // An overridden chart image (a mirror, a digest): the chart writes `repository:tag`, so a
-    // digest rides in the tag (`v1.64.0@sha256:...`).
-    for key in images::overridable_keys() {
-        let Some(values_key) = images::chart_values_key(&key) else {
-            continue;
-        };
-        if !cluster.spec.images.contains_key(&key) && cluster.spec.registry.is_none() {
-            continue;
-        }
-        let image = images::resolve(&cluster.spec, &key);
-        let tag = match &image.digest {
-            Some(d) => format!("{}@{d}", image.tag),
-            None => image.tag.clone(),
-        };
-        let mut at = &mut values;
-        for part in values_key.split('.') {
-            at = &mut at[part];
-        }
-        *at = json!({ "repository": image.repository, "tag": tag });
-    }
+    crate::helm::image_overrides(&cluster.spec, versions::EBS_CSI_DRIVER, &mut values);
     values
 }
 

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 
 use kk_karpenter::labels::NVIDIA_DEVICE_PLUGIN_CONFIG;
-use kk_spec::{ClusterSpec, ElasticCluster, GpuSoftware, Pool, PoolType};
+use kk_spec::{ClusterSpec, ElasticCluster, GpuSoftware, Pool, PoolType, versions};
 use serde_json::{Map, Value, json};
 
 use crate::gpu::{gpu_pools, gpu_tolerations};
@@ -106,7 +106,7 @@ fn values(spec: &ClusterSpec, shared: bool) -> Value {
         device_plugin["config"] =
             json!({ "create": false, "name": CONFIG_MAP, "default": DEFAULT_CONFIG });
     }
-    json!({
+    let mut values = json!({
         "driver": { "enabled": false },
         "toolkit": { "enabled": false },
         "devicePlugin": device_plugin,
@@ -120,7 +120,9 @@ fn values(spec: &ClusterSpec, shared: bool) -> Value {
                 "tolerations": tolerations,
             },
         },
-    })
+    });
+    crate::helm::image_overrides(spec, versions::GPU_OPERATOR, &mut values);
+    values
 }
 
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
@@ -189,6 +191,51 @@ mod tests {
         assert_eq!(
             v["daemonsets"]["tolerations"],
             v["node-feature-discovery"]["worker"]["tolerations"]
+        );
+    }
+
+    #[test]
+    fn a_mirror_and_an_override_reach_the_operator_values_in_the_form_its_chart_reads() {
+        let mut spec = spec("operator");
+        // Without a mirror or an override the chart's own defaults stay.
+        assert!(
+            values(&spec, false)["devicePlugin"]
+                .get("repository")
+                .is_none()
+        );
+        spec.registry = Some(kk_spec::Registry {
+            mirror: "mirror.local:5000".into(),
+            files_repo: None,
+        });
+        let digest = format!("sha256:{}", "a".repeat(64));
+        spec.images.insert(
+            "nvidia-gpu-operator/dcgm-exporter".into(),
+            kk_spec::ImageOverride {
+                digest: Some(digest.clone()),
+                ..Default::default()
+            },
+        );
+        let v = values(&spec, false);
+        // The operator joins repository/image:version.
+        assert_eq!(v["devicePlugin"]["repository"], "mirror.local:5000/nvidia");
+        assert_eq!(v["devicePlugin"]["image"], "k8s-device-plugin");
+        assert_eq!(v["devicePlugin"]["version"], "v0.18.1");
+        assert_eq!(v["devicePlugin"]["enabled"], true);
+        assert_eq!(v["operator"]["initContainer"]["image"], "cuda");
+        assert_eq!(
+            v["dcgmExporter"]["version"],
+            format!("4.4.2-4.7.0-distroless@{digest}")
+        );
+        // Node Feature Discovery's subchart reads repository:tag.
+        assert_eq!(
+            v["node-feature-discovery"]["image"]["repository"],
+            "mirror.local:5000/nfd/node-feature-discovery"
+        );
+        assert_eq!(v["node-feature-discovery"]["image"]["tag"], "v0.18.2");
+        assert!(
+            v["node-feature-discovery"]["worker"]
+                .get("nodeSelector")
+                .is_some()
         );
     }
 }

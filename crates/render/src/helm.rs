@@ -1,7 +1,8 @@
 //! The Helm releases a bundle installs (ORDER.md steps 2, 5 and, with the GPU Operator, 7), typed, so that ORDER.md's
 //! commands and `apply` read one list.
 
-use kk_spec::{ElasticCluster, versions};
+use kk_spec::{ClusterSpec, ElasticCluster, images, versions};
+use serde_json::{Value, json};
 
 /// One Helm release: which chart, where, and the bundle file holding its values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,5 +99,40 @@ pub fn gpu_operator() -> HelmRelease {
         version: versions::default_version(versions::GPU_OPERATOR).into(),
         values_file: GPU_OPERATOR_VALUES.into(),
         create_namespace: false,
+    }
+}
+
+/// Writes each of `chart`'s images that the spec overrides, or that a mirror moves, into the
+/// chart's values, in the form the chart reads. A digest rides in the tag (`v1.64.0@sha256:…`):
+/// every chart here joins `repository:tag` (or `repository/image:version`) as written.
+pub(crate) fn image_overrides(spec: &ClusterSpec, chart: &str, values: &mut Value) {
+    for (key, table) in images::chart_images(chart) {
+        if !spec.images.contains_key(&key) && spec.registry.is_none() {
+            continue;
+        }
+        let image = images::resolve(spec, &key);
+        let tag = match &image.digest {
+            Some(d) => format!("{}@{d}", image.tag),
+            None => image.tag.clone(),
+        };
+        let mut at = &mut *values;
+        for part in table.values.split('.') {
+            at = &mut at[part];
+        }
+        match table.form {
+            versions::ValuesForm::RepositoryTag => {
+                at["repository"] = json!(image.repository);
+                at["tag"] = json!(tag);
+            }
+            versions::ValuesForm::RepositoryImageVersion => {
+                let (repository, name) = image
+                    .repository
+                    .rsplit_once('/')
+                    .unwrap_or(("", image.repository.as_str()));
+                at["repository"] = json!(repository);
+                at["image"] = json!(name);
+                at["version"] = json!(tag);
+            }
+        }
     }
 }

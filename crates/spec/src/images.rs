@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::types::{ClusterSpec, ImageOverride, PoolType};
+use crate::types::{ClusterSpec, GpuSoftware, ImageOverride, PoolType};
 use crate::versions::{self, Component};
 
 /// Which spec key overrides an image, and whether the override may set the tag.
@@ -42,32 +42,37 @@ pub fn overridable_keys() -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec();
-    keys.extend(ebs_images().map(|(key, _)| key));
+    keys.extend(all_chart_images().map(|(key, _)| key));
     keys
 }
 
-/// The chart values key (`sidecars.provisioner.image`) of a chart image's override key.
-pub fn chart_values_key(key: &str) -> Option<String> {
-    chart_image(key).map(|image| image.values)
-}
+/// The charts whose images `spec.images` can override one by one (`chart/image` keys).
+const CHARTS_WITH_IMAGES: [&str; 2] = [versions::EBS_CSI_DRIVER, versions::GPU_OPERATOR];
 
 /// `aws-ebs-csi-driver/csi-provisioner` → the chart image of the table's default chart release.
-fn chart_image(key: &str) -> Option<versions::ChartImage> {
-    ebs_images().find(|(k, _)| k == key).map(|(_, image)| image)
+pub fn chart_image(key: &str) -> Option<versions::ChartImage> {
+    let (chart, _) = key.split_once('/')?;
+    chart_images(chart)
+        .find(|(k, _)| k == key)
+        .map(|(_, image)| image)
 }
 
-fn ebs_images() -> impl Iterator<Item = (String, versions::ChartImage)> {
-    let ebs = versions::component(versions::EBS_CSI_DRIVER);
-    ebs.default_release()
+/// The images of `chart`'s default release, each with its `chart/image` key.
+pub fn chart_images(chart: &str) -> impl Iterator<Item = (String, versions::ChartImage)> {
+    let images = CHARTS_WITH_IMAGES
+        .contains(&chart)
+        .then(|| versions::component(chart).default_release())
+        .flatten()
         .map(|r| r.images.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let chart = chart.to_owned();
+    images
         .into_iter()
-        .map(|image| {
-            (
-                format!("{}/{}", versions::EBS_CSI_DRIVER, image.name),
-                image,
-            )
-        })
+        .map(move |image| (format!("{chart}/{}", image.name), image))
+}
+
+fn all_chart_images() -> impl Iterator<Item = (String, versions::ChartImage)> {
+    CHARTS_WITH_IMAGES.into_iter().flat_map(chart_images)
 }
 
 /// One image as the bundle pulls it.
@@ -205,8 +210,9 @@ pub fn resolve(spec: &ClusterSpec, key: &str) -> ResolvedImage {
         _ => {
             let image =
                 chart_image(key).unwrap_or_else(|| panic!("not an overridable image: {key}"));
+            let chart = key.split_once('/').map_or(key, |(chart, _)| chart);
             (
-                format!("helm: {} ({})", versions::EBS_CSI_DRIVER, image.values),
+                format!("helm: {chart} ({})", image.values),
                 image.repository,
                 image.tag,
                 None,
@@ -269,7 +275,7 @@ pub fn bundle_images(spec: &ClusterSpec) -> Vec<ResolvedImage> {
         &spec.kubean.spray_job_image,
     )];
     out.push(resolve(spec, versions::CLOUD_CONTROLLER_MANAGER));
-    out.extend(ebs_images().map(|(key, _)| resolve(spec, &key)));
+    out.extend(chart_images(versions::EBS_CSI_DRIVER).map(|(key, _)| resolve(spec, &key)));
     out.push(resolve(spec, versions::KARPENTER));
     if let Some(auth) = &spec.iam_authenticator {
         out.push(split_reference(
@@ -292,7 +298,15 @@ pub fn bundle_images(spec: &ClusterSpec) -> Vec<ResolvedImage> {
     }
     let has = |t: PoolType| spec.pools.iter().any(|p| p.pool_type == t);
     if has(PoolType::Gpu) {
-        out.push(resolve(spec, versions::DEVICE_PLUGIN));
+        let operator = spec
+            .gpu
+            .as_ref()
+            .is_some_and(|g| g.stack == GpuSoftware::Operator);
+        if operator {
+            out.extend(chart_images(versions::GPU_OPERATOR).map(|(key, _)| resolve(spec, &key)));
+        } else {
+            out.push(resolve(spec, versions::DEVICE_PLUGIN));
+        }
         out.push(resolve(spec, versions::CUDA_SAMPLE));
     }
     if has(PoolType::Cpu) {
@@ -337,6 +351,40 @@ mod tests {
             assert!(
                 image.repository.starts_with("mirror.local:5000/"),
                 "{image:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_gpu_stack_decides_which_device_plugin_images_are_listed() {
+        let plain = crate::parse_spec(crate::EXAMPLE, "x").unwrap().spec.spec;
+        let operator = crate::parse_spec(
+            &crate::EXAMPLE.replace(
+                "devicePluginVersion: v0.20.0",
+                "devicePluginVersion: v0.20.0\n    stack: operator",
+            ),
+            "x",
+        )
+        .unwrap()
+        .spec
+        .spec;
+        let keys = |spec: &ClusterSpec| -> Vec<String> {
+            bundle_images(spec).into_iter().map(|i| i.key).collect()
+        };
+        let plain = keys(&plain);
+        let operator = keys(&operator);
+        assert!(plain.contains(&versions::DEVICE_PLUGIN.to_owned()));
+        assert!(!plain.iter().any(|k| k.starts_with("nvidia-gpu-operator/")));
+        assert!(!operator.contains(&versions::DEVICE_PLUGIN.to_owned()));
+        for name in [
+            "gpu-operator",
+            "k8s-device-plugin",
+            "dcgm-exporter",
+            "node-feature-discovery",
+        ] {
+            assert!(
+                operator.contains(&format!("nvidia-gpu-operator/{name}")),
+                "{name} in {operator:?}"
             );
         }
     }

@@ -76,8 +76,23 @@ pub struct ChartImage {
     pub name: String,
     pub repository: String,
     pub tag: String,
-    /// The chart values key holding `repository` and `tag` (`sidecars.provisioner.image`).
+    /// The chart values key holding the image (`sidecars.provisioner.image`).
     pub values: String,
+    /// How the values key spells the image.
+    #[serde(default)]
+    pub form: ValuesForm,
+}
+
+/// How a chart's values spell one image.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ValuesForm {
+    /// `{repository: host/path/name, tag}`: most charts, the EBS CSI driver's among them.
+    #[default]
+    RepositoryTag,
+    /// `{repository: host/path, image: name, version}`: the GPU Operator's own images and its
+    /// operands, which it joins as `repository/image:version`.
+    RepositoryImageVersion,
 }
 
 /// Kubernetes minors a release supports: `lowest..=highest`, `highest` None when open.
