@@ -22,6 +22,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// with this reason instead of waiting out its own timeouts.
 static BROKEN: Mutex<Option<String>> = Mutex::new(None);
 static LIVE_PANICS: std::sync::Once = std::sync::Once::new();
+/// The next deploy restarts Karpenter instead of keeping the one running (`testbed/lab
+/// karpenter` keeps it when its settings are the same): set by a fault, whose marks (an
+/// offering unavailable, a failed launch) would stay in its memory, and by a failed test. The
+/// first deploy of a run restarts it too: an earlier run's Karpenter may still be running.
+static RESTART_KARPENTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 /// Lab tests that failed in a row, and the first one's message: after
 /// [`FAILURES_BEFORE_GIVING_UP`] the lab is taken for broken, so the binary ends (and prints
 /// every failure) within CI's time instead of each test waiting out its own timeouts.
@@ -103,6 +108,7 @@ impl Lab {
             std::panic::set_hook(Box::new(move |info| {
                 let thread = std::thread::current();
                 let line = format!("LAB TEST FAILED {}: {info}", thread.name().unwrap_or("?"));
+                RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
                 live(&line);
                 let mut failed = FAILED_IN_A_ROW.lock().unwrap_or_else(|e| e.into_inner());
                 failed.0 += 1;
@@ -221,11 +227,17 @@ impl Lab {
 
     /// Several `testbed/lab` commands side by side; panics with the output of each that failed.
     pub fn lab_together(&self, commands: &[Vec<&str>]) {
+        self.lab_together_with(commands, &[]);
+    }
+
+    /// `lab_together` with `env` set for each command.
+    fn lab_together_with(&self, commands: &[Vec<&str>], env: &[(&str, &str)]) {
         let running: Vec<_> = commands
             .iter()
             .map(|args| {
                 let child = self
                     .command(repo().join("testbed/lab"))
+                    .envs(env.iter().copied())
                     .args(args)
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::piped())
@@ -354,7 +366,11 @@ impl Lab {
         if rotator {
             daemons.push(vec!["controller", bundle_path, controller]);
         }
-        self.lab_together(&daemons);
+        let restart = RESTART_KARPENTER.swap(false, std::sync::atomic::Ordering::SeqCst);
+        self.lab_together_with(
+            &daemons,
+            &[("KK_LAB_KARPENTER_RESTART", if restart { "1" } else { "" })],
+        );
         steps.took("karpenter, ccm and controller");
         if rotator {
             let deadline = Instant::now() + Duration::from_secs(60);
@@ -572,6 +588,7 @@ impl Lab {
     /// A fault whose file says what it applies to (`insufficient-capacity`: instance types,
     /// one per line).
     pub fn fault_with(&self, name: &str, content: &str) {
+        RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
         std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), content).unwrap();
     }
 
@@ -638,6 +655,19 @@ impl Lab {
                 .await;
         });
         steps.took("deletes");
+        // Karpenter's own termination of each NodeClaim (drain, terminate, wait until EC2 says
+        // terminated) took ~10 s of every reset that followed a test with nodes; the next test
+        // needs none of it. Terminate the instances and release the NodeClaims, as an operator
+        // forcing them would; the node runner then halts the instances (below).
+        if !self.nodeclaims().is_empty() {
+            self.aws(TERMINATE_LEAKED);
+            let claims = self.dynamic("karpenter.sh", "v1", "NodeClaim");
+            let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+            for claim in self.nodeclaims() {
+                let name = claim.metadata.name.unwrap_or_default();
+                let _ = rt.block_on(claims.patch(&name, &PatchParams::default(), &release));
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(180);
         while !self.nodeclaims().is_empty() {
             assert!(
@@ -673,6 +703,12 @@ impl Lab {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let _ =
             rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
+        // Karpenter's termination finalizer on a Node whose NodeClaim was released above.
+        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        for node in self.nodes() {
+            let name = node.metadata.name.unwrap_or_default();
+            let _ = rt.block_on(nodes.patch(&name, &PatchParams::default(), &release));
+        }
         // The next deploy waits for its own rotator to publish the join configuration.
         self.aws(DELETE_STORES);
         steps.took("Nodes and stores");
