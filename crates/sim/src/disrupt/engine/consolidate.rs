@@ -40,10 +40,16 @@ fn worst_launch_price(it: &kk_catalog::InstanceType, reqs: &Requirements) -> f64
     f64::MAX
 }
 
-fn cheapest_available(it: &kk_catalog::InstanceType) -> Option<f64> {
+/// The price `Command.EstimatedSavings` charges for a replacement of type `it`: its cheapest
+/// available offering among those the replacement's requirements allow (zone and capacity
+/// type). A replacement held to on-demand is not priced at its type's spot offering, nor one
+/// held to a zone at another zone's offering; `None` when no offering qualifies.
+fn replacement_price(it: &kk_catalog::InstanceType, reqs: &Requirements) -> Option<f64> {
+    let zr = reqs.get(labels::ZONE);
+    let cr = reqs.get(labels::CAPACITY_TYPE);
     it.offerings
         .iter()
-        .filter(|o| o.available)
+        .filter(|o| o.available && zr.has(&o.zone) && cr.has(o.capacity_type.as_str()))
         .map(|o| o.price)
         .reduce(f64::min)
 }
@@ -218,15 +224,17 @@ impl Engine<'_> {
         })
     }
 
-    /// `Command.EstimatedSavings`: the candidates' prices less the cheapest available offering
-    /// of the replacement's first option.
+    /// `Command.EstimatedSavings`: the candidates' prices less, for each replacement, the
+    /// cheapest available offering of its first option that its requirements allow.
     pub(super) fn savings(&self, command: &Command) -> f64 {
         let source: f64 = command.candidates.iter().map(|c| c.price).sum();
         let dest: f64 = command
             .replacements
             .iter()
-            .filter_map(|r| r.claim.types.first())
-            .filter_map(|&ci| cheapest_available(&self.input.catalog.types()[ci]))
+            .filter_map(|r| {
+                let &ci = r.claim.types.first()?;
+                replacement_price(&self.input.catalog.types()[ci], &r.claim.requirements)
+            })
             .sum();
         source - dest
     }
@@ -239,5 +247,71 @@ impl Engine<'_> {
                 .total_cmp(&a.savings_ratio())
                 .then(a.name.cmp(&b.name))
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kk_catalog::{Catalog, OfferingConfig};
+
+    fn m5_large(catalog: &Catalog) -> &kk_catalog::InstanceType {
+        catalog
+            .types()
+            .iter()
+            .find(|t| t.name == "m5.large")
+            .expect("m5.large in the catalog")
+    }
+
+    fn price(it: &kk_catalog::InstanceType, zone: &str, ct: CapacityType) -> f64 {
+        it.offerings
+            .iter()
+            .find(|o| &*o.zone == zone && o.capacity_type == ct)
+            .expect("offering")
+            .price
+    }
+
+    #[test]
+    fn an_on_demand_replacement_is_not_priced_at_its_types_spot_offering() {
+        let catalog = Catalog::aws(&OfferingConfig::default()).unwrap();
+        let it = m5_large(&catalog);
+        let od = price(it, "us-east-1a", CapacityType::OnDemand);
+        assert!(
+            price(it, "us-east-1a", CapacityType::Spot) < od,
+            "the test needs a cheaper spot offering"
+        );
+        let mut reqs = Requirements::new();
+        reqs.add(labels::CAPACITY_TYPE, Requirement::single("on-demand"));
+        assert_eq!(replacement_price(it, &reqs), Some(od));
+        // Unrestricted, the spot offering is the cheapest.
+        assert!(replacement_price(it, &Requirements::new()).unwrap() < od);
+    }
+
+    #[test]
+    fn a_zone_bound_replacement_is_priced_in_its_zone() {
+        let catalog = Catalog::aws(&OfferingConfig::default()).unwrap();
+        let mut it = m5_large(&catalog).clone();
+        // Make us-east-1b's spot offering the type's cheapest.
+        let b_spot = price(&it, "us-east-1b", CapacityType::Spot);
+        for o in &mut it.offerings {
+            if &*o.zone == "us-east-1b" && o.capacity_type == CapacityType::Spot {
+                o.price = b_spot / 2.0;
+            }
+        }
+        let mut reqs = Requirements::new();
+        reqs.add(labels::ZONE, Requirement::single("us-east-1a"));
+        let a_cheapest = price(&it, "us-east-1a", CapacityType::Spot).min(price(
+            &it,
+            "us-east-1a",
+            CapacityType::OnDemand,
+        ));
+        assert_eq!(replacement_price(&it, &reqs), Some(a_cheapest));
+        // Nothing available in the zone: no price (and no savings term).
+        for o in &mut it.offerings {
+            if &*o.zone == "us-east-1a" {
+                o.available = false;
+            }
+        }
+        assert_eq!(replacement_price(&it, &reqs), None);
     }
 }
