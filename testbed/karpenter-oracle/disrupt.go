@@ -226,12 +226,16 @@ func disruptOnce(sc *Scenario, cfg RunConfig) (DisruptOutcome, time.Duration, er
 	return out, multi, nil
 }
 
+// runDisruptScenario runs `runs` disruption passes on a scenario, each from
+// scratch, keeping up to cfg.MaxVariants outcomes other than the first; if
+// the passes disagree it runs cfg.ExtraRuns more (Runs reports the total).
 func runDisruptScenario(sc *Scenario, cfg RunConfig, runs int) (*DisruptResult, error) {
 	if runs < 1 {
 		runs = 1
 	}
 	res := &DisruptResult{Scenario: sc.Name, Runs: runs, Deterministic: true}
 	seen := map[string]bool{}
+	extended := false
 	for i := 0; i < runs; i++ {
 		out, d, err := disruptOnce(sc, cfg)
 		if err != nil {
@@ -247,9 +251,16 @@ func runDisruptScenario(sc *Scenario, cfg RunConfig, runs int) (*DisruptResult, 
 		if !seen[key] {
 			seen[key] = true
 			res.Deterministic = false
-			if len(res.Variants) < defaultMaxVariants {
+			if len(res.Variants) < cfg.MaxVariants {
 				res.Variants = append(res.Variants, out)
 			}
+		}
+		// Passes that disagreed: cfg.ExtraRuns more, once, so that a rare branch of a
+		// map-order tie is recorded too (as runScenario does for provisioning).
+		if !extended && i == runs-1 && !res.Deterministic && cfg.ExtraRuns > 0 {
+			extended = true
+			runs += cfg.ExtraRuns
+			res.Runs = runs
 		}
 	}
 	return res, nil
