@@ -99,12 +99,12 @@ impl Engine<'_> {
             pods.extend(c.moving.iter().map(|&at| bound[at].clone()));
         }
         let outcome = prepared.simulate(&pods, &gone);
-        // Upstream indexes existing nodes in the simulation's own node list: the kept ones.
-        let kept = nodes
+        // `Placement::Existing` indexes the scheduler's existing nodes, which it orders
+        // initialized ones first (not by name alone): each names its input node.
+        let kept = outcome
+            .existing
             .iter()
-            .zip(&gone)
-            .filter(|(_, g)| !**g)
-            .map(|(n, _)| n.name.clone())
+            .map(|(node, _)| nodes[*node].name.clone())
             .collect();
         self.prepared = Some((consolidation, prepared));
         Probe {
