@@ -7,7 +7,7 @@ use kk_catalog::Resources;
 use kk_catalog::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 
 /// Resource names and their slots: cpu, memory, ephemeral-storage, pods, then the rest sorted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResIndex {
     names: Vec<String>,
 }

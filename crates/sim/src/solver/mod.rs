@@ -12,7 +12,7 @@
 //! turns the input into per-NodePool instance-type tables and topology domains;
 //! `existing.rs` holds the existing nodes; `claims.rs` the in-flight and new NodeClaims;
 //! `limits.rs` the NodePool limits; `relax.rs` preference relaxation; `fit.rs` the checks
-//! existing nodes and claims share; `outcome.rs` what the loop returns; `bits.rs` the set of
+//! existing nodes and claims share; `outcome.rs` what the loop returns; `update.rs` changes a prepared cluster in place; `bits.rs` the set of
 //! instance types a claim still has; `reserve.rs` which capacity reservations a claim
 //! holds (strict mode, as the provisioner runs it); `launch.rs` the AWS provider's part (what a type offers,
 //! which one a claim launches as).
@@ -39,6 +39,7 @@ mod prepare;
 mod queue;
 mod relax;
 mod reserve;
+mod update;
 
 use bits::Bits;
 use limits::Limits;
@@ -46,6 +47,7 @@ use limits::Limits;
 pub use launch::{Launch, instance_requirements, launch};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
 pub use prepare::Prepared;
+pub use update::NodeChange;
 
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -79,10 +79,25 @@ impl Cluster {
             .iter()
             .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
             .collect();
+        Cluster::from_parts(nodes, bound)
+    }
+
+    /// A cluster from nodes whose labels are already read as requirements.
+    pub fn from_parts(nodes: Vec<(Node, Requirements)>, bound: Vec<BoundPod>) -> Cluster {
         let anti = (0..bound.len())
             .filter(|&i| !bound[i].pod.anti_affinity.is_empty())
             .collect();
         Cluster { nodes, bound, anti }
+    }
+
+    /// The nodes (with their labels as requirements) and the bound pods, to change and put
+    /// back together with [`Cluster::from_parts`].
+    pub fn into_parts(self) -> (Vec<(Node, Requirements)>, Vec<BoundPod>) {
+        (self.nodes, self.bound)
+    }
+
+    pub fn bound(&self) -> &[BoundPod] {
+        &self.bound
     }
 }
 

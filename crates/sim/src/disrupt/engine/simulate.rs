@@ -5,14 +5,17 @@ use super::Dest;
 use super::Engine;
 use super::Sim;
 use super::UNDER_CONSOLIDATE_AFTER;
+use super::WorkingNode;
 use crate::labels;
 use crate::model::Effect;
+use crate::model::Node;
 use crate::model::Pod;
 use crate::model::Taint;
 use crate::model::Toleration;
 use crate::model::TolerationOp;
 use crate::solver::ClaimResult;
 use crate::solver::Launch;
+use crate::solver::NodeChange;
 use crate::solver::Outcome;
 use crate::solver::Placement;
 use crate::solver::Prepared;
@@ -44,17 +47,7 @@ impl Engine<'_> {
         input.nodes = self
             .nodes
             .values()
-            .map(|n| {
-                let mut node = n.node.clone();
-                if consolidation && self.under_consolidate_after(n).is_some() {
-                    node.taints.push(Taint {
-                        key: UNDER_CONSOLIDATE_AFTER.into(),
-                        value: String::new(),
-                        effect: Effect::NoSchedule,
-                    });
-                }
-                node
-            })
+            .map(|n| self.node_for(n, consolidation))
             .collect();
         input.bound = self
             .bound
@@ -63,6 +56,44 @@ impl Engine<'_> {
             .collect();
         input.pods = self.pending_for(consolidation);
         Prepared::new(Cow::Owned(input))
+    }
+
+    /// A node as probes see it: for consolidation, one still inside `consolidateAfter` is
+    /// tainted so that only pending pods land there.
+    fn node_for(&self, n: &WorkingNode, consolidation: bool) -> Node {
+        let mut node = n.node.clone();
+        if consolidation && self.under_consolidate_after(n).is_some() {
+            node.taints.push(Taint {
+                key: UNDER_CONSOLIDATE_AFTER.into(),
+                value: String::new(),
+                effect: Effect::NoSchedule,
+            });
+        }
+        node
+    }
+
+    /// After a command: the prepared cluster with the nodes it touched (gone, added, or
+    /// given pods) changed in place, or dropped when it cannot be (or `rebuild` is set).
+    pub(super) fn update_prepared(&mut self, touched: BTreeSet<String>) {
+        let Some((consolidation, mut prepared)) = self.prepared.take() else {
+            return;
+        };
+        if self.rebuild {
+            return;
+        }
+        let changes = touched
+            .into_iter()
+            .map(|name| {
+                let now = self.nodes.get(&name).map(|n| {
+                    let pods = self.bound.get(&name).cloned().unwrap_or_default();
+                    (self.node_for(n, consolidation), pods)
+                });
+                NodeChange { name, now }
+            })
+            .collect();
+        if prepared.update(changes) {
+            self.prepared = Some((consolidation, prepared));
+        }
     }
 
     /// The pending pods; for consolidation, tolerating the nodes still inside
