@@ -47,15 +47,13 @@ fn initialized(n: &Node) -> bool {
             .is_some_and(|v| v == "true")
 }
 
-/// Sorts templates as `sortExistingNodes` orders existing nodes: initialized ones first, each
-/// part by name.
-pub(super) fn sort_existing(input: &Input, templates: &mut [ExistingTemplate]) {
-    templates.sort_by(|a, b| {
-        let (na, nb) = (&input.nodes[a.node.node], &input.nodes[b.node.node]);
-        initialized(nb)
-            .cmp(&initialized(na))
-            .then(na.name.cmp(&nb.name))
-    });
+/// How `sortExistingNodes` orders two existing nodes (by index into the input's): initialized
+/// ones first, each part by name.
+pub(super) fn existing_order(input: &Input, a: usize, b: usize) -> std::cmp::Ordering {
+    let (na, nb) = (&input.nodes[a], &input.nodes[b]);
+    initialized(nb)
+        .cmp(&initialized(na))
+        .then(na.name.cmp(&nb.name))
 }
 
 /// The existing nodes, by name, initialized ones first (`sortExistingNodes`), as templates.
@@ -76,7 +74,7 @@ pub(super) fn existing_templates(
         .enumerate()
         .map(|(ni, pods)| existing_template(input, index, pools, ni, pods, ds_requests))
         .collect();
-    sort_existing(input, &mut out);
+    out.sort_by(|a, b| existing_order(input, a.node.node, b.node.node));
     out
 }
 

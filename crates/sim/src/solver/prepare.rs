@@ -257,18 +257,25 @@ pub(super) fn topology_keys<'p>(
 ) -> BTreeSet<String> {
     let mut keys: BTreeSet<String> = BTreeSet::new();
     for p in input.pods.iter().chain(bound) {
-        keys.extend(p.spread.iter().map(|s| s.topology_key.clone()));
-        for t in p
-            .affinity
+        for key in pod_topology_keys(p) {
+            if !keys.contains(key) {
+                keys.insert(key.to_owned());
+            }
+        }
+    }
+    keys
+}
+
+/// The topology keys one pod constrains.
+pub(super) fn pod_topology_keys(p: &Pod) -> impl Iterator<Item = &str> + Clone {
+    p.spread.iter().map(|s| s.topology_key.as_str()).chain(
+        p.affinity
             .iter()
             .chain(&p.anti_affinity)
             .chain(p.preferred_affinity.iter().map(|(_, t)| t))
             .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
-        {
-            keys.insert(t.topology_key.clone());
-        }
-    }
-    keys
+            .map(|t| t.topology_key.as_str()),
+    )
 }
 
 /// The domains each key can take on a node some NodePool may launch, with that pool's taints.

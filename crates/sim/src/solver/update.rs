@@ -3,14 +3,15 @@
 //! touches a few nodes of a thousand; preparing the whole cluster again each pass was most of
 //! a whole run's time.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::existing::{existing_template, sort_existing};
-use super::prepare::{Prepared, resource_index, topology_keys};
+use super::existing::{existing_order, existing_template};
+use super::prepare::{Prepared, pod_topology_keys, resource_index, topology_keys};
 use crate::model::{Node, Pod};
 use crate::req::Requirements;
-use crate::topology::{BoundPod, Cluster};
+use crate::res::{BASE_NAMES, ResIndex};
+use crate::topology::{BoundPod, Cluster, DomainUniverse};
 
 /// One node's new state for [`Prepared::update`].
 #[derive(Debug, Clone)]
@@ -43,21 +44,13 @@ impl Prepared<'_> {
         let old_nodes = std::mem::take(&mut input.nodes);
         let mut by_name: HashMap<String, Option<(Node, Vec<Pod>)>> =
             changes.into_iter().map(|c| (c.name, c.now)).collect();
-        let mut added: Vec<(Node, Vec<Pod>)> = Vec::new();
-        {
-            let existing: BTreeSet<&str> = old_nodes.iter().map(|n| n.name.as_str()).collect();
-            let names: Vec<String> = by_name
-                .keys()
-                .filter(|n| !existing.contains(n.as_str()))
-                .cloned()
-                .collect();
-            for name in names {
-                if let Some(Some(now)) = by_name.remove(&name) {
-                    added.push(now);
-                }
-            }
-        }
+        // Per old node: unchanged (`None`), gone (`Some(None)`) or changed.
+        let status: Vec<Option<Option<(Node, Vec<Pod>)>>> =
+            old_nodes.iter().map(|n| by_name.remove(&n.name)).collect();
+        let mut added: Vec<(Node, Vec<Pod>)> = by_name.into_values().flatten().collect();
         added.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        // What leaves, to tell whether the resource names and topology keys could change.
+        let mut dropped_nodes: Vec<Node> = Vec::new();
         let mut added = added.into_iter().peekable();
         // Unchanged nodes: old index → new. Changed and added ones: new index, their pods.
         let mut kept: Vec<Option<usize>> = vec![None; old_nodes.len()];
@@ -73,22 +66,24 @@ impl Prepared<'_> {
             cluster_nodes.push((node.clone(), Requirements::from_labels(&node.labels)));
             nodes.push(node);
         };
-        for (i, (node, cluster_node)) in old_nodes.into_iter().zip(old_cluster_nodes).enumerate() {
+        let olds = old_nodes.into_iter().zip(old_cluster_nodes).zip(status);
+        for (i, ((node, cluster_node), status)) in olds.enumerate() {
             while let Some((next, _)) = added.peek()
                 && next.name < node.name
             {
                 let (n, pods) = added.next().expect("peeked");
                 push_fresh(n, pods, &mut nodes, &mut cluster_nodes, &mut fresh);
             }
-            match by_name.remove(&node.name) {
+            match status {
                 None => {
                     kept[i] = Some(nodes.len());
                     nodes.push(node);
                     cluster_nodes.push(cluster_node);
                 }
-                Some(None) => {}
+                Some(None) => dropped_nodes.push(node),
                 Some(Some((n, pods))) => {
-                    push_fresh(n, pods, &mut nodes, &mut cluster_nodes, &mut fresh)
+                    dropped_nodes.push(node);
+                    push_fresh(n, pods, &mut nodes, &mut cluster_nodes, &mut fresh);
                 }
             }
         }
@@ -97,29 +92,43 @@ impl Prepared<'_> {
         }
         input.nodes = nodes;
         // Bound pods stay grouped by node in node order, each node's in the order given.
-        let mut bound: Vec<BoundPod> = old_bound
-            .into_iter()
-            .filter_map(|bp| {
-                let node = kept[bp.node]?;
-                Some(BoundPod { pod: bp.pod, node })
-            })
-            .collect();
+        let mut dropped_pods: Vec<Pod> = Vec::new();
+        let mut bound: Vec<BoundPod> = Vec::with_capacity(old_bound.len());
+        for bp in old_bound {
+            match kept[bp.node] {
+                Some(node) => bound.push(BoundPod { pod: bp.pod, node }),
+                None => dropped_pods.push(bp.pod),
+            }
+        }
         let fresh_nodes: Vec<usize> = fresh.iter().map(|(ni, _)| *ni).collect();
+        let first_fresh = bound.len();
         for (ni, pods) in fresh {
             bound.extend(pods.into_iter().map(|pod| BoundPod { pod, node: ni }));
         }
+        let same = {
+            let fresh_pods = bound[first_fresh..].iter().map(|bp| &bp.pod);
+            let fresh_nodes = fresh_nodes.iter().map(|&ni| &input.nodes[ni]);
+            mentions_unchanged(
+                &self.index,
+                &self.universe,
+                (fresh_nodes, fresh_pods),
+                (&dropped_nodes, &dropped_pods),
+            )
+        };
         bound.sort_by_key(|bp| bp.node);
-        // What a fresh preparation would read the same way, or else give up.
-        let mentioned = bound
-            .iter()
-            .map(|bp| &bp.pod)
-            .chain(self.orphans.iter().map(|(_, p)| p));
-        if resource_index(input, mentioned.clone()) != self.index
-            || !topology_keys(input, mentioned)
-                .into_iter()
-                .eq(self.universe.keys().cloned())
-        {
-            return false;
+        if !same {
+            // What a fresh preparation would read the same way, or else give up.
+            let mentioned = bound
+                .iter()
+                .map(|bp| &bp.pod)
+                .chain(self.orphans.iter().map(|(_, p)| p));
+            if resource_index(input, mentioned.clone()) != self.index
+                || !topology_keys(input, mentioned)
+                    .into_iter()
+                    .eq(self.universe.keys().cloned())
+            {
+                return false;
+            }
         }
         // The existing nodes' templates: the unchanged ones renumbered, the rest made anew.
         let mut templates = std::mem::take(&mut self.existing);
@@ -134,18 +143,71 @@ impl Prepared<'_> {
             let start = bound.partition_point(|bp| bp.node < ni);
             let end = bound.partition_point(|bp| bp.node <= ni);
             let pods: Vec<&Pod> = bound[start..end].iter().map(|bp| &bp.pod).collect();
-            templates.push(existing_template(
+            let template = existing_template(
                 input,
                 &self.index,
                 &self.pools,
                 ni,
                 &pods,
                 &self.ds_requests,
-            ));
+            );
+            let at = templates.partition_point(|t| {
+                existing_order(input, t.node.node, ni) == std::cmp::Ordering::Less
+            });
+            templates.insert(at, template);
         }
-        sort_existing(input, &mut templates);
         self.existing = templates;
         self.cluster = Arc::new(Cluster::from_parts(cluster_nodes, bound));
         true
     }
+}
+
+/// Whether a change surely leaves the resource names and topology keys as they were:
+/// everything the fresh nodes and pods mention is already known, and everything the dropped
+/// ones mention is mentioned again by a fresh one (or is a resource every index has). `false`
+/// only means a full look is needed.
+fn mentions_unchanged<'n>(
+    index: &ResIndex,
+    universe: &BTreeMap<String, DomainUniverse>,
+    (fresh_nodes, fresh_pods): (
+        impl Iterator<Item = &'n Node> + Clone,
+        impl Iterator<Item = &'n Pod> + Clone,
+    ),
+    (dropped_nodes, dropped_pods): (&[Node], &[Pod]),
+) -> bool {
+    let node_resources = |n: &'n Node| {
+        n.allocatable
+            .keys()
+            .chain(n.capacity.keys())
+            .map(String::as_str)
+    };
+    let fresh_resources = fresh_nodes.flat_map(node_resources).chain(
+        fresh_pods
+            .clone()
+            .flat_map(|p| p.requests.keys().map(String::as_str)),
+    );
+    let known = index.names();
+    if !fresh_resources
+        .clone()
+        .all(|r| known.iter().any(|k| k == r))
+    {
+        return false;
+    }
+    let fresh_keys = fresh_pods.flat_map(pod_topology_keys);
+    if !fresh_keys.clone().all(|k| universe.contains_key(k)) {
+        return false;
+    }
+    let dropped_resources = dropped_nodes
+        .iter()
+        .flat_map(|n| n.allocatable.keys().chain(n.capacity.keys()))
+        .chain(dropped_pods.iter().flat_map(|p| p.requests.keys()));
+    for r in dropped_resources {
+        if !BASE_NAMES.contains(&r.as_str()) && !fresh_resources.clone().any(|f| f == r) {
+            return false;
+        }
+    }
+    dropped_pods
+        .iter()
+        .flat_map(pod_topology_keys)
+        .all(|k| fresh_keys.clone().any(|f| f == k))
 }
