@@ -278,6 +278,7 @@ impl Engine<'_> {
             .chain(repl_names.iter().cloned())
             .collect();
         touched.extend(targets);
+        self.forget_candidates(touched.iter());
         self.update_prepared(touched);
         let after: f64 = command.replacements.iter().map(|r| r.launch.price).sum();
         if let Some(x) = &self.opts.explain

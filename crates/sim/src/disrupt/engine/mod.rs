@@ -168,6 +168,9 @@ pub(super) struct Engine<'a> {
     /// Prepare the state afresh after every command instead (what the in-place change must
     /// equal; a test compares the two).
     pub rebuild: bool,
+    /// Per node: `NewCandidate`'s answer for graceful methods and for Drift, kept until a
+    /// command touches the node.
+    candidate_cache: HashMap<String, [Option<Result<Candidate, String>>; 2]>,
     pub commands: Vec<CommandOut>,
     pub reasons: BTreeMap<String, Vec<String>>,
     pub explained: Vec<String>,
@@ -267,6 +270,7 @@ impl<'a> Engine<'a> {
             bound,
             prepared: None,
             rebuild: false,
+            candidate_cache: HashMap::new(),
             commands: Vec::new(),
             reasons: BTreeMap::new(),
             explained: Vec::new(),
