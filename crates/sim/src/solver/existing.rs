@@ -183,6 +183,7 @@ impl Scheduler<'_> {
             }
             let mut node = t.node.clone();
             node.host = host;
+            self.rooms.extend_from_slice(&node.remaining);
             self.existing.push(node);
         }
     }

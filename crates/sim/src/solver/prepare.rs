@@ -459,6 +459,7 @@ impl<'a> Prepared<'a> {
             claims: Vec::new(),
             order: Vec::new(),
             existing: Vec::with_capacity(self.existing.len()),
+            rooms: Vec::with_capacity(self.existing.len() * self.index.len()),
             topology,
             data: Vec::new(),
             tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule,
