@@ -86,7 +86,7 @@ impl Engine<'_> {
                     let p = p.clone();
                     match probe.outcome.placements[pi] {
                         Some(Placement::Existing(ni)) => {
-                            moves.push((p, Dest::Existing(probe.kept[ni].clone())));
+                            moves.push((p, Dest::Existing(probe.kept[&ni].clone())));
                         }
                         Some(Placement::Claim(ci)) => moves.push((p, Dest::Claim(ci))),
                         None => stranded.push((

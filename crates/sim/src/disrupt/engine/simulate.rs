@@ -30,8 +30,9 @@ pub(super) struct Probe {
     pub pods: Vec<Pod>,
     pub first_moved: usize,
     pub outcome: Outcome,
-    /// The existing nodes the scheduler kept, in its order (`Placement::Existing` indexes it).
-    pub kept: Vec<String>,
+    /// The names of the existing nodes moved pods went to, by the scheduler's index
+    /// (`Placement::Existing`).
+    pub kept: BTreeMap<usize, String>,
 }
 
 impl Engine<'_> {
@@ -117,12 +118,14 @@ impl Engine<'_> {
     /// plus new NodeClaims: a delta on the prepared cluster, which stays as it was.
     pub(super) fn probe(&mut self, candidates: &[&Candidate], consolidation: bool) -> Probe {
         let prepared = self.prepared(consolidation);
-        let names: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
         let nodes = &prepared.input().nodes;
-        let gone: Vec<bool> = nodes
-            .iter()
-            .map(|n| names.contains(n.name.as_str()))
-            .collect();
+        // The prepared nodes are in name order (`self.nodes`'s, kept by `update`).
+        let mut gone = vec![false; nodes.len()];
+        for c in candidates {
+            if let Ok(at) = nodes.binary_search_by(|n| n.name.as_str().cmp(&c.name)) {
+                gone[at] = true;
+            }
+        }
         let mut pods = prepared.input().pods.clone();
         let first_moved = pods.len();
         for c in candidates {
@@ -132,10 +135,13 @@ impl Engine<'_> {
         let outcome = prepared.simulate(&pods, &gone);
         // `Placement::Existing` indexes the scheduler's existing nodes, which it orders
         // initialized ones first (not by name alone): each names its input node.
-        let kept = outcome
-            .existing
+        let kept = outcome.placements[first_moved..]
             .iter()
-            .map(|(node, _)| nodes[*node].name.clone())
+            .filter_map(|p| match p {
+                Some(Placement::Existing(e)) => Some(*e),
+                _ => None,
+            })
+            .map(|e| (e, nodes[outcome.existing[e].0].name.clone()))
             .collect();
         self.prepared = Some((consolidation, prepared));
         Probe {
@@ -178,7 +184,7 @@ impl Engine<'_> {
         for (pi, pod) in pods.iter().enumerate().skip(first_moved) {
             match outcome.placements[pi] {
                 Some(Placement::Existing(ni)) => {
-                    let name = &kept[ni];
+                    let name = &kept[&ni];
                     if !self.initialized(name) {
                         failed.push(format!(
                             "{}: would schedule against uninitialized node/{name}",
