@@ -34,6 +34,8 @@ fn is_known_ephemeral(t: &Taint) -> bool {
 #[derive(Debug, Clone)]
 pub(super) struct ExistingTemplate {
     pub node: ExistingNode,
+    /// What its bound pods and DaemonSets leave of its allocatable.
+    pub remaining: Res,
     pub hostname: String,
     /// The prepared NodePool it uses up, and by how much (what it advertises).
     pub charge: Option<(usize, Res)>,
@@ -159,11 +161,11 @@ pub(super) fn existing_template(
             node: ni,
             reqs: Arc::new(reqs),
             taints,
-            remaining,
             host: 0,
             pods: Vec::new(),
             host_ports,
         },
+        remaining,
         hostname,
         charge,
     }
@@ -183,7 +185,7 @@ impl Scheduler<'_> {
             }
             let mut node = t.node.clone();
             node.host = host;
-            self.rooms.extend_from_slice(&node.remaining);
+            self.rooms.extend_from_slice(&t.remaining);
             self.existing.push(node);
         }
     }
@@ -200,12 +202,14 @@ impl Scheduler<'_> {
     ) -> Result<Requirements, Option<String>> {
         let node = &self.existing[e];
         let data = &self.data[pid];
+        let slots = self.index.len();
+        let room = &self.rooms[e * slots..(e + 1) * slots];
         let fits = |remaining: &[i64]| {
             !remaining.iter().any(|v| *v < 0) && res::fits(&data.requests, remaining)
         };
         // Untraced, only whether every check passes matters: the cheapest, and the one most
         // nodes fail (a full node), goes first.
-        if !detail && !fits(&node.remaining) {
+        if !detail && !fits(room) {
             return Err(None);
         }
         if let Some(t) = untolerated(&node.taints, &pod.tolerations) {
@@ -215,11 +219,11 @@ impl Scheduler<'_> {
             return Err(detail.then(|| format!("host port {}/{} in use", p.0, p.1)));
         }
         // Untraced, the first check already said it fits.
-        if detail && !fits(&node.remaining) {
+        if detail && !fits(room) {
             return Err(Some(format!(
                 "exceeds node resources (needs {}, has {})",
                 self.describe(&data.requests),
-                self.describe(&node.remaining)
+                self.describe(room)
             )));
         }
         if let Err(c) = node.reqs.compatible(&data.reqs, false) {

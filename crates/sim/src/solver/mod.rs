@@ -140,7 +140,6 @@ struct ExistingNode {
     /// of every existing node, and most nodes take no pod.
     reqs: Arc<Requirements>,
     taints: Vec<Taint>,
-    remaining: Res,
     host: u32,
     pods: Vec<usize>,
     host_ports: Vec<(i32, String)>,
@@ -167,9 +166,10 @@ pub(crate) struct Scheduler<'a> {
     /// beyond that, as a stable sort, which keeps large plans fast).
     order: Vec<usize>,
     existing: Vec<ExistingNode>,
-    /// Each existing node's room (`remaining`), side by side in one vector (`index.len()`
-    /// slots a node): most pods fit on few of a thousand nodes, and screening them here
-    /// reads one array instead of a thousand nodes' own.
+    /// Each existing node's room (what its pods leave), side by side in one vector
+    /// (`index.len()` slots a node): most pods fit on few of a thousand nodes, and screening
+    /// them here reads one array, where a vector per node cost an allocation per node and
+    /// probe.
     rooms: Vec<i64>,
     topology: Topology,
     data: Vec<PodData>,

@@ -130,7 +130,6 @@ impl Scheduler<'_> {
             if let Ok(reqs) = r {
                 let data = &self.data[pid];
                 let node = &mut self.existing[e];
-                res::sub(&mut node.remaining, &data.requests);
                 res::sub(&mut self.rooms[e * slots..(e + 1) * slots], &data.requests);
                 node.pods.push(pid);
                 node.host_ports.extend(pod.host_ports.iter().cloned());

@@ -139,7 +139,8 @@ impl Topology {
         respect_preferences: bool,
     ) -> Topology {
         let mut t = Topology {
-            interner: Interner::default(),
+            // Every existing node's hostname, and the domains the groups bring.
+            interner: Interner::with_capacity(2 * cluster.nodes.len() + 64),
             universe,
             cluster: cluster.clone(),
             gone,
