@@ -13,12 +13,15 @@ use crate::req::Requirements;
 use crate::res::{BASE_NAMES, ResIndex};
 use crate::topology::{BoundPod, Cluster, DomainUniverse};
 
+/// A node and every pod bound to it.
+type NodeWithPods = (Node, Vec<Pod>);
+
 /// One node's new state for [`Prepared::update`].
 #[derive(Debug, Clone)]
 pub struct NodeChange {
     pub name: String,
     /// The node and every pod now bound to it; `None`: the node is gone (its pods with it).
-    pub now: Option<(Node, Vec<Pod>)>,
+    pub now: Option<NodeWithPods>,
 }
 
 impl Prepared<'_> {
@@ -42,12 +45,12 @@ impl Prepared<'_> {
         let (old_cluster_nodes, old_bound) = cluster.into_parts();
         let input = self.input.to_mut();
         let old_nodes = std::mem::take(&mut input.nodes);
-        let mut by_name: HashMap<String, Option<(Node, Vec<Pod>)>> =
+        let mut by_name: HashMap<String, Option<NodeWithPods>> =
             changes.into_iter().map(|c| (c.name, c.now)).collect();
         // Per old node: unchanged (`None`), gone (`Some(None)`) or changed.
-        let status: Vec<Option<Option<(Node, Vec<Pod>)>>> =
+        let status: Vec<Option<Option<NodeWithPods>>> =
             old_nodes.iter().map(|n| by_name.remove(&n.name)).collect();
-        let mut added: Vec<(Node, Vec<Pod>)> = by_name.into_values().flatten().collect();
+        let mut added: Vec<NodeWithPods> = by_name.into_values().flatten().collect();
         added.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         // What leaves, to tell whether the resource names and topology keys could change.
         let mut dropped_nodes: Vec<Node> = Vec::new();
