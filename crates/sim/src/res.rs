@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 use kk_catalog::Resources;
 use kk_catalog::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 
+/// The resources every index has, in their slots.
+pub const BASE_NAMES: [&str; 4] = [CPU, MEMORY, EPHEMERAL_STORAGE, PODS];
+
 /// Resource names and their slots: cpu, memory, ephemeral-storage, pods, then the rest sorted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResIndex {
     names: Vec<String>,
 }

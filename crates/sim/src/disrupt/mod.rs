@@ -37,6 +37,16 @@ pub enum DisruptError {
 
 /// Runs the disruption controller over `state` at `opts.now` until no method has a command.
 pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError> {
+    run_with(state, opts, false)
+}
+
+/// [`run`], preparing the cluster afresh after every command instead of changing the prepared
+/// one in place: slower, and what [`run`] must equal (a test compares the two).
+pub fn run_rebuilding(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError> {
+    run_with(state, opts, true)
+}
+
+fn run_with(state: &ClusterState, opts: &Options, rebuild: bool) -> Result<Report, DisruptError> {
     if let Some(node) = &opts.explain
         && !state.nodes.contains_key(node)
         && !state.input.nodes.iter().any(|n| &n.name == node)
@@ -45,6 +55,7 @@ pub fn run(state: &ClusterState, opts: &Options) -> Result<Report, DisruptError>
     }
     let nodes_before = state.input.nodes.len();
     let mut e = engine::Engine::new(state, opts);
+    e.rebuild = rebuild;
     let price_before: f64 = e.nodes.values().map(|n| n.price).sum();
     e.run();
     let price_after: f64 = e.nodes.values().map(|n| n.price).sum();

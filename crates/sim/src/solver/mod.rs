@@ -12,7 +12,7 @@
 //! turns the input into per-NodePool instance-type tables and topology domains;
 //! `existing.rs` holds the existing nodes; `claims.rs` the in-flight and new NodeClaims;
 //! `limits.rs` the NodePool limits; `relax.rs` preference relaxation; `fit.rs` the checks
-//! existing nodes and claims share; `outcome.rs` what the loop returns; `bits.rs` the set of
+//! existing nodes and claims share; `outcome.rs` what the loop returns; `update.rs` changes a prepared cluster in place; `bits.rs` the set of
 //! instance types a claim still has; `reserve.rs` which capacity reservations a claim
 //! holds (strict mode, as the provisioner runs it); `launch.rs` the AWS provider's part (what a type offers,
 //! which one a claim launches as).
@@ -39,6 +39,7 @@ mod prepare;
 mod queue;
 mod relax;
 mod reserve;
+mod update;
 
 use bits::Bits;
 use limits::Limits;
@@ -46,6 +47,7 @@ use limits::Limits;
 pub use launch::{Launch, instance_requirements, launch};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
 pub use prepare::Prepared;
+pub use update::NodeChange;
 
 /// Scheduler settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +140,6 @@ struct ExistingNode {
     /// of every existing node, and most nodes take no pod.
     reqs: Arc<Requirements>,
     taints: Vec<Taint>,
-    remaining: Res,
     host: u32,
     pods: Vec<usize>,
     host_ports: Vec<(i32, String)>,
@@ -165,6 +166,11 @@ pub(crate) struct Scheduler<'a> {
     /// beyond that, as a stable sort, which keeps large plans fast).
     order: Vec<usize>,
     existing: Vec<ExistingNode>,
+    /// Each existing node's room (what its pods leave), side by side in one vector
+    /// (`index.len()` slots a node): most pods fit on few of a thousand nodes, and screening
+    /// them here reads one array, where a vector per node cost an allocation per node and
+    /// probe.
+    rooms: Vec<i64>,
     topology: Topology,
     data: Vec<PodData>,
     tolerate_prefer_no_schedule: bool,

@@ -80,8 +80,12 @@ pub(super) fn pod_requests(index: &ResIndex, pod: &Pod) -> Res {
     r
 }
 
-/// Every resource name anything in the input mentions.
-fn resource_index(input: &Input) -> ResIndex {
+/// Every resource name anything in the input mentions, its bound pods given apart (the
+/// input's, or a prepared cluster's).
+pub(super) fn resource_index<'p>(
+    input: &'p Input,
+    bound: impl Iterator<Item = &'p Pod>,
+) -> ResIndex {
     // Borrowed: every bound pod is read, and copying its keys showed in the profile.
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for it in input.catalog.types() {
@@ -90,7 +94,7 @@ fn resource_index(input: &Input) -> ResIndex {
     for p in input.pods.iter().chain(&input.daemonsets) {
         names.extend(p.requests.keys().map(String::as_str));
     }
-    for (_, p) in &input.bound {
+    for p in bound {
         names.extend(p.requests.keys().map(String::as_str));
     }
     for n in &input.nodes {
@@ -245,22 +249,33 @@ fn prepare_pool(
     })
 }
 
-/// Every topology key a pod constrains (spread, required and preferred (anti-)affinity).
-fn topology_keys(input: &Input) -> BTreeSet<String> {
+/// Every topology key a pod constrains (spread, required and preferred (anti-)affinity), the
+/// bound pods given apart.
+pub(super) fn topology_keys<'p>(
+    input: &'p Input,
+    bound: impl Iterator<Item = &'p Pod>,
+) -> BTreeSet<String> {
     let mut keys: BTreeSet<String> = BTreeSet::new();
-    for p in input.pods.iter().chain(input.bound.iter().map(|(_, p)| p)) {
-        keys.extend(p.spread.iter().map(|s| s.topology_key.clone()));
-        for t in p
-            .affinity
+    for p in input.pods.iter().chain(bound) {
+        for key in pod_topology_keys(p) {
+            if !keys.contains(key) {
+                keys.insert(key.to_owned());
+            }
+        }
+    }
+    keys
+}
+
+/// The topology keys one pod constrains.
+pub(super) fn pod_topology_keys(p: &Pod) -> impl Iterator<Item = &str> + Clone {
+    p.spread.iter().map(|s| s.topology_key.as_str()).chain(
+        p.affinity
             .iter()
             .chain(&p.anti_affinity)
             .chain(p.preferred_affinity.iter().map(|(_, t)| t))
             .chain(p.preferred_anti_affinity.iter().map(|(_, t)| t))
-        {
-            keys.insert(t.topology_key.clone());
-        }
-    }
-    keys
+            .map(|t| t.topology_key.as_str()),
+    )
 }
 
 /// The domains each key can take on a node some NodePool may launch, with that pool's taints.
@@ -299,10 +314,14 @@ fn domain_universe(
     universe
 }
 
-/// Pods already bound to an existing node; one bound elsewhere is warned about and dropped.
-/// An owned input's bound pods move into the result (its `bound` is left empty): a
-/// disruption pass prepares 20,000 of them, and copying them twice showed in its profile.
-fn bound_pods(input: &mut Cow<'_, Input>, warnings: &mut Vec<String>) -> Vec<BoundPod> {
+/// Pods already bound to an existing node, and those bound to a node that is not one (warned
+/// about, left out of the cluster). An owned input's bound pods move into the result (its
+/// `bound` is left empty): a disruption pass prepares 20,000 of them, and copying them twice
+/// showed in its profile.
+fn bound_pods(
+    input: &mut Cow<'_, Input>,
+    warnings: &mut Vec<String>,
+) -> (Vec<BoundPod>, Vec<(String, Pod)>) {
     let pairs: Vec<(String, Pod)> = match input {
         Cow::Owned(owned) => std::mem::take(&mut owned.bound),
         Cow::Borrowed(shared) => shared.bound.clone(),
@@ -314,16 +333,20 @@ fn bound_pods(input: &mut Cow<'_, Input>, warnings: &mut Vec<String>) -> Vec<Bou
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
     let mut bound = Vec::with_capacity(pairs.len());
+    let mut orphans = Vec::new();
     for (node, pod) in pairs {
         match node_index.get(node.as_str()) {
             Some(&i) => bound.push(BoundPod { pod, node: i }),
-            None => warnings.push(format!(
-                "pod {} is bound to node {node}, which is not among the existing nodes; ignored",
-                pod.key()
-            )),
+            None => {
+                warnings.push(format!(
+                    "pod {} is bound to node {node}, which is not among the existing nodes; ignored",
+                    pod.key()
+                ));
+                orphans.push((node, pod));
+            }
         }
     }
-    bound
+    (bound, orphans)
 }
 
 /// What every simulation of one cluster shares (`NewScheduler`'s work that does not depend on
@@ -331,23 +354,27 @@ fn bound_pods(input: &mut Cow<'_, Input>, warnings: &mut Vec<String>) -> Vec<Bou
 /// domains, and the existing nodes with their bound pods. Disruption builds it once per pass
 /// and simulates each probe ("these nodes gone, their pods to place") against it.
 pub struct Prepared<'a> {
-    input: Cow<'a, Input>,
-    index: ResIndex,
+    pub(super) input: Cow<'a, Input>,
+    pub(super) index: ResIndex,
     cat_reqs: Vec<Requirements>,
-    pools: Vec<PreparedPool>,
+    pub(super) pools: Vec<PreparedPool>,
     warnings: Vec<String>,
-    universe: Arc<BTreeMap<String, DomainUniverse>>,
+    pub(super) universe: Arc<BTreeMap<String, DomainUniverse>>,
     topo_keys: Vec<String>,
-    cluster: Arc<Cluster>,
-    existing: Vec<ExistingTemplate>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) existing: Vec<ExistingTemplate>,
     tolerate_prefer_no_schedule: bool,
+    /// Each DaemonSet's requests (by index into the input's).
+    pub(super) ds_requests: Vec<Res>,
+    /// Bound pods whose node is not among the input's, by node name (warned about).
+    pub(super) orphans: Vec<(String, Pod)>,
 }
 
 impl<'a> Prepared<'a> {
     /// Prepares `input`: its nodes and bound pods are the cluster; its pods only widen the
     /// resource index and topology keys (a probe may schedule any of them, or any bound pod).
     pub fn new(mut input: Cow<'a, Input>) -> Prepared<'a> {
-        let index = resource_index(&input);
+        let index = resource_index(&input, input.bound.iter().map(|(_, p)| p));
         let cat_reqs: Vec<Requirements> = input
             .catalog
             .types()
@@ -374,9 +401,9 @@ impl<'a> Prepared<'a> {
                 pools.push(p);
             }
         }
-        let keys = topology_keys(&input);
+        let keys = topology_keys(&input, input.bound.iter().map(|(_, p)| p));
         let universe = domain_universe(&input, &order, &cat_reqs, &keys);
-        let bound = bound_pods(&mut input, &mut warnings);
+        let (bound, orphans) = bound_pods(&mut input, &mut warnings);
         let existing = existing_templates(&input, &index, &pools, &bound, &ds_requests);
         let cluster = Cluster::new(&input.nodes, bound);
         Prepared {
@@ -389,6 +416,8 @@ impl<'a> Prepared<'a> {
             cluster: Arc::new(cluster),
             existing,
             tolerate_prefer_no_schedule,
+            ds_requests,
+            orphans,
             input,
         }
     }
@@ -430,6 +459,7 @@ impl<'a> Prepared<'a> {
             claims: Vec::new(),
             order: Vec::new(),
             existing: Vec::with_capacity(self.existing.len()),
+            rooms: Vec::with_capacity(self.existing.len() * self.index.len()),
             topology,
             data: Vec::new(),
             tolerate_prefer_no_schedule: self.tolerate_prefer_no_schedule,

@@ -105,7 +105,16 @@ impl Scheduler<'_> {
 
     fn add(&mut self, pid: usize, pod: &Pod) -> Result<(), PodError> {
         let traced = self.trace_pod == Some(pid);
+        let slots = self.index.len();
         for e in 0..self.existing.len() {
+            // Untraced, a node without room is skipped unread (the first check it would fail).
+            if !traced {
+                let room = &self.rooms[e * slots..(e + 1) * slots];
+                let requests = &self.data[pid].requests;
+                if !room.iter().zip(requests).all(|(a, r)| *a >= 0 && r <= a) {
+                    continue;
+                }
+            }
             let r = self.existing_can_add(e, pid, pod, traced);
             if traced {
                 let target = format!(
@@ -121,7 +130,7 @@ impl Scheduler<'_> {
             if let Ok(reqs) = r {
                 let data = &self.data[pid];
                 let node = &mut self.existing[e];
-                res::sub(&mut node.remaining, &data.requests);
+                res::sub(&mut self.rooms[e * slots..(e + 1) * slots], &data.requests);
                 node.pods.push(pid);
                 node.host_ports.extend(pod.host_ports.iter().cloned());
                 let taints = node.taints.clone();

@@ -3,6 +3,7 @@
 //! interned to, so that groups count pods in vectors rather than maps.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::model::Taint;
 
@@ -35,18 +36,28 @@ impl DomainUniverse {
 /// Interned domain names.
 #[derive(Debug, Default)]
 pub(super) struct Interner {
-    pub(super) names: Vec<String>,
-    ids: HashMap<String, u32>,
+    /// Shared with `ids`: one allocation per name (a probe interns a thousand hostnames).
+    pub(super) names: Vec<Arc<str>>,
+    ids: HashMap<Arc<str>, u32>,
 }
 
 impl Interner {
+    /// Room for `n` names before growing.
+    pub(super) fn with_capacity(n: usize) -> Interner {
+        Interner {
+            names: Vec::with_capacity(n),
+            ids: HashMap::with_capacity(n),
+        }
+    }
+
     pub(super) fn id(&mut self, name: &str) -> u32 {
         if let Some(&id) = self.ids.get(name) {
             return id;
         }
         let id = self.names.len() as u32;
-        self.names.push(name.to_owned());
-        self.ids.insert(name.to_owned(), id);
+        let shared: Arc<str> = Arc::from(name);
+        self.names.push(shared.clone());
+        self.ids.insert(shared, id);
         id
     }
 

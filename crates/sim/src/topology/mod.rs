@@ -79,10 +79,25 @@ impl Cluster {
             .iter()
             .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
             .collect();
+        Cluster::from_parts(nodes, bound)
+    }
+
+    /// A cluster from nodes whose labels are already read as requirements.
+    pub fn from_parts(nodes: Vec<(Node, Requirements)>, bound: Vec<BoundPod>) -> Cluster {
         let anti = (0..bound.len())
             .filter(|&i| !bound[i].pod.anti_affinity.is_empty())
             .collect();
         Cluster { nodes, bound, anti }
+    }
+
+    /// The nodes (with their labels as requirements) and the bound pods, to change and put
+    /// back together with [`Cluster::from_parts`].
+    pub fn into_parts(self) -> (Vec<(Node, Requirements)>, Vec<BoundPod>) {
+        (self.nodes, self.bound)
+    }
+
+    pub fn bound(&self) -> &[BoundPod] {
+        &self.bound
     }
 }
 
@@ -124,7 +139,8 @@ impl Topology {
         respect_preferences: bool,
     ) -> Topology {
         let mut t = Topology {
-            interner: Interner::default(),
+            // Every existing node's hostname, and the domains the groups bring.
+            interner: Interner::with_capacity(2 * cluster.nodes.len() + 64),
             universe,
             cluster: cluster.clone(),
             gone,

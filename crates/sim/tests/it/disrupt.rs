@@ -347,3 +347,44 @@ fn bad_input_is_one_located_error() {
         "{e}"
     );
 }
+
+#[test]
+fn a_moved_pod_lands_on_the_node_the_scheduler_chose_when_an_uninitialized_node_sorts_first() {
+    // The scheduler tries initialized nodes first, then the rest, each by name; a node still
+    // joining whose name sorts first must not shift which node a moved pod is said to land on.
+    let mut d = docs();
+    d.push(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "a-joining",
+            "labels": {
+                "kubernetes.io/hostname": "a-joining",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/os": "linux",
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "karpenter.sh/nodepool": "default",
+                "karpenter.sh/registered": "true",
+                "karpenter.sh/capacity-type": "on-demand",
+                "node.kubernetes.io/instance-type": "m5.2xlarge"
+            },
+            "creationTimestamp": "2026-11-30T00:00:00Z"
+        },
+        "spec": {"providerID": "aws:///us-east-1a/i-a-joining"},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "58"},
+            "allocatable": {"cpu": "7910m", "memory": "32Gi", "pods": "58"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }));
+    let r = run(&d);
+    let first = r.commands.first().unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(removed(&r)[0], vec!["cpu-1"], "{r:#?}");
+    assert!(
+        first
+            .moved_to_existing
+            .iter()
+            .all(|m| m.node != "a-joining"),
+        "{first:#?}"
+    );
+}

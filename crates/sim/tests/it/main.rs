@@ -7,6 +7,7 @@ mod behaviour;
 mod differential;
 mod disrupt;
 mod disrupt_differential;
+mod disrupt_reuse;
 mod drift_change;
 mod overlay_static;
 mod properties;

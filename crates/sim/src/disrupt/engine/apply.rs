@@ -17,6 +17,7 @@ use crate::labels;
 use crate::model::Node;
 use crate::solver::Placement;
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 impl Engine<'_> {
     /// Expired nodes go first, all at once, whatever blocks graceful disruption.
@@ -85,7 +86,7 @@ impl Engine<'_> {
                     let p = p.clone();
                     match probe.outcome.placements[pi] {
                         Some(Placement::Existing(ni)) => {
-                            moves.push((p, Dest::Existing(probe.kept[ni].clone())));
+                            moves.push((p, Dest::Existing(probe.kept[&ni].clone())));
                         }
                         Some(Placement::Claim(ci)) => moves.push((p, Dest::Claim(ci))),
                         None => stranded.push((
@@ -234,6 +235,7 @@ impl Engine<'_> {
         }
         let mut moved = 0;
         let mut to_existing = Vec::new();
+        let mut targets = BTreeSet::new();
         for (p, dest) in command.moves {
             moved += 1;
             let target = match dest {
@@ -260,6 +262,7 @@ impl Engine<'_> {
             if let Some(n) = self.nodes.get_mut(&target) {
                 n.info.last_pod_event = Some(now);
             }
+            targets.insert(target.clone());
             self.bound.entry(target).or_default().push(p);
         }
         for (pod, reason) in &command.stranded {
@@ -268,7 +271,15 @@ impl Engine<'_> {
         for r in &mut repls_out {
             r.pods.sort();
         }
-        self.prepared = None;
+        let mut touched: BTreeSet<String> = command
+            .candidates
+            .iter()
+            .map(|c| c.name.clone())
+            .chain(repl_names.iter().cloned())
+            .collect();
+        touched.extend(targets);
+        self.forget_candidates(touched.iter());
+        self.update_prepared(touched);
         let after: f64 = command.replacements.iter().map(|r| r.launch.price).sum();
         if let Some(x) = &self.opts.explain
             && command.candidates.iter().any(|c| &c.name == x)

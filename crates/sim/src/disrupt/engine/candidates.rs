@@ -5,6 +5,7 @@ use super::BALANCED_K;
 use super::Candidate;
 use super::Engine;
 use super::Method;
+use super::WorkingNode;
 use crate::disrupt::state::PodInfo;
 use crate::disrupt::state::Policy;
 use crate::disrupt::state::Reason;
@@ -17,146 +18,165 @@ use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 impl Engine<'_> {
-    /// `NewCandidate` for every node: the candidates, and why the others are not.
+    /// `NewCandidate` for every node: the candidates, and why the others are not. A node's
+    /// answer depends only on it and its pods (the clock stands still during a run), so it is
+    /// kept until a command touches the node (`forget_candidates`).
     pub(super) fn candidates(&mut self, method: Method, record: bool) -> Vec<Candidate> {
-        let now = self.opts.now;
+        let slot = usize::from(method.eventual());
+        let mut cache = std::mem::take(&mut self.candidate_cache);
         let mut out = Vec::new();
         let mut notes = Vec::new();
-        let disrupted = [Taint {
-            key: "karpenter.sh/disrupted".into(),
-            value: String::new(),
-            effect: Effect::NoSchedule,
-        }];
         for (name, n) in &self.nodes {
-            let why = |s: &str| (name.clone(), s.to_owned());
-            if !n.managed {
-                notes.push(why("node isn't managed by karpenter"));
-                continue;
+            if !cache.contains_key(name) {
+                cache.insert(name.clone(), Default::default());
             }
-            if !n.info.initialized {
-                notes.push(why("node isn't initialized"));
-                continue;
+            let answers = cache.get_mut(name).expect("inserted");
+            let answer =
+                answers[slot].get_or_insert_with(|| self.candidate_of(name, n, method.eventual()));
+            match answer {
+                Ok(c) => out.push(c.clone()),
+                Err(why) if record => notes.push((name.clone(), why.clone())),
+                Err(_) => {}
             }
-            if n.info.deleting {
-                notes.push(why("node is deleting or marked for deletion"));
-                continue;
-            }
-            if n.info.do_not_disrupt {
-                notes.push(why(
-                    "disruption is blocked through the \"karpenter.sh/do-not-disrupt\" annotation",
-                ));
-                continue;
-            }
-            let pool_name = n.pool.clone().unwrap_or_default();
-            let Some(pool) = self.state.pools.get(&pool_name) else {
-                notes.push((
-                    name.clone(),
-                    format!("NodePool not found (NodePool={pool_name})"),
-                ));
-                continue;
-            };
-            // Pods without a PodInfo are not the simulation's to judge: every check skips them.
-            let pods: Vec<(usize, &Pod, &PodInfo)> = self
-                .bound
-                .get(name)
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .filter_map(|(at, p)| Some((at, p, self.info(p)?)))
-                .collect();
-            let eventual_ok =
-                method.eventual() && n.info.termination_grace.unwrap_or(pool.termination_grace);
-            let mut blocked = None;
-            for &(_, _, info) in &pods {
-                if info.active() && info.do_not_disrupt_active(now) {
-                    blocked = Some(format!(
-                        "pod {} has \"karpenter.sh/do-not-disrupt\" annotation",
-                        info.key()
-                    ));
-                    break;
-                }
-            }
-            if blocked.is_none() {
-                'pods: for &(_, p, info) in &pods {
-                    let tolerates_disrupted = untolerated(&disrupted, &p.tolerations).is_none();
-                    if !info.active()
-                        || tolerates_disrupted
-                        || info.mirror()
-                        || info.do_not_disrupt_active(now)
-                    {
-                        continue;
-                    }
-                    let matching: Vec<_> =
-                        self.state.pdbs.iter().filter(|d| d.selects(info)).collect();
-                    if matching.len() > 1 {
-                        blocked = Some(format!(
-                            "eviction does not support multiple PDBs ({}) for pod {}",
-                            matching
-                                .iter()
-                                .map(|d| d.key())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            info.key()
-                        ));
-                        break;
-                    }
-                    for d in matching {
-                        if d.always_allow_unhealthy && info.not_ready {
-                            continue 'pods;
-                        }
-                        if d.disruptions_allowed == 0 {
-                            blocked = Some(format!(
-                                "pdb {} prevents pod evictions (pod {})",
-                                d.key(),
-                                info.key()
-                            ));
-                            break 'pods;
-                        }
-                    }
-                }
-            }
-            if let Some(b) = blocked
-                && !eventual_ok
-            {
-                notes.push((name.clone(), b));
-                continue;
-            }
-            let mut reschedulable = 0;
-            let mut cost = 1.0;
-            let mut moving = Vec::new();
-            for &(at, _, info) in &pods {
-                if !info.reschedulable() {
-                    continue;
-                }
-                reschedulable += 1;
-                cost += info.eviction_cost().max(0.0);
-                let fully_blocked = self.state.pdbs.iter().any(|d| {
-                    d.selects(info)
-                        && d.fully_blocking
-                        && !(d.always_allow_unhealthy && info.not_ready)
-                });
-                if (!info.active() || !info.do_not_disrupt_active(now)) && !fully_blocked {
-                    moving.push(at);
-                }
-            }
-            out.push(Candidate {
-                name: name.clone(),
-                pool: pool_name,
-                price: n.price,
-                it: n.it,
-                capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
-                zone: n.node.labels.get(labels::ZONE).cloned(),
-                reschedulable,
-                moving: moving.into(),
-                cost,
-            });
         }
         if record {
             for (n, r) in notes {
                 self.note(&n, None, r);
             }
         }
+        self.candidate_cache = cache;
         out
+    }
+
+    /// After a command: these nodes' candidacy is to be judged again.
+    pub(super) fn forget_candidates<'n>(&mut self, nodes: impl Iterator<Item = &'n String>) {
+        for name in nodes {
+            self.candidate_cache.remove(name);
+        }
+    }
+
+    /// `NewCandidate` for one node (`eventual`: for Drift): the candidate, or why it is not one.
+    fn candidate_of(
+        &self,
+        name: &str,
+        n: &WorkingNode,
+        eventual: bool,
+    ) -> Result<Candidate, String> {
+        let now = self.opts.now;
+        let disrupted = [Taint {
+            key: "karpenter.sh/disrupted".into(),
+            value: String::new(),
+            effect: Effect::NoSchedule,
+        }];
+        if !n.managed {
+            return Err("node isn't managed by karpenter".into());
+        }
+        if !n.info.initialized {
+            return Err("node isn't initialized".into());
+        }
+        if n.info.deleting {
+            return Err("node is deleting or marked for deletion".into());
+        }
+        if n.info.do_not_disrupt {
+            return Err(
+                "disruption is blocked through the \"karpenter.sh/do-not-disrupt\" annotation"
+                    .into(),
+            );
+        }
+        let pool_name = n.pool.clone().unwrap_or_default();
+        let Some(pool) = self.state.pools.get(&pool_name) else {
+            return Err(format!("NodePool not found (NodePool={pool_name})"));
+        };
+        // Pods without a PodInfo are not the simulation's to judge: every check skips them.
+        let pods: Vec<(usize, &Pod, &PodInfo)> = self
+            .bound
+            .get(name)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(at, p)| Some((at, p, self.info(p)?)))
+            .collect();
+        let eventual_ok = eventual && n.info.termination_grace.unwrap_or(pool.termination_grace);
+        let mut blocked = None;
+        for &(_, _, info) in &pods {
+            if info.active() && info.do_not_disrupt_active(now) {
+                blocked = Some(format!(
+                    "pod {} has \"karpenter.sh/do-not-disrupt\" annotation",
+                    info.key()
+                ));
+                break;
+            }
+        }
+        if blocked.is_none() {
+            'pods: for &(_, p, info) in &pods {
+                let tolerates_disrupted = untolerated(&disrupted, &p.tolerations).is_none();
+                if !info.active()
+                    || tolerates_disrupted
+                    || info.mirror()
+                    || info.do_not_disrupt_active(now)
+                {
+                    continue;
+                }
+                let matching: Vec<_> = self.state.pdbs.iter().filter(|d| d.selects(info)).collect();
+                if matching.len() > 1 {
+                    blocked = Some(format!(
+                        "eviction does not support multiple PDBs ({}) for pod {}",
+                        matching
+                            .iter()
+                            .map(|d| d.key())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        info.key()
+                    ));
+                    break;
+                }
+                for d in matching {
+                    if d.always_allow_unhealthy && info.not_ready {
+                        continue 'pods;
+                    }
+                    if d.disruptions_allowed == 0 {
+                        blocked = Some(format!(
+                            "pdb {} prevents pod evictions (pod {})",
+                            d.key(),
+                            info.key()
+                        ));
+                        break 'pods;
+                    }
+                }
+            }
+        }
+        if let Some(b) = blocked
+            && !eventual_ok
+        {
+            return Err(b);
+        }
+        let mut reschedulable = 0;
+        let mut cost = 1.0;
+        let mut moving = Vec::new();
+        for &(at, _, info) in &pods {
+            if !info.reschedulable() {
+                continue;
+            }
+            reschedulable += 1;
+            cost += info.eviction_cost().max(0.0);
+            let fully_blocked = self.state.pdbs.iter().any(|d| {
+                d.selects(info) && d.fully_blocking && !(d.always_allow_unhealthy && info.not_ready)
+            });
+            if (!info.active() || !info.do_not_disrupt_active(now)) && !fully_blocked {
+                moving.push(at);
+            }
+        }
+        Ok(Candidate {
+            name: name.to_owned(),
+            pool: pool_name,
+            price: n.price,
+            it: n.it,
+            capacity_type: n.node.labels.get(labels::CAPACITY_TYPE).cloned(),
+            zone: n.node.labels.get(labels::ZONE).cloned(),
+            reschedulable,
+            moving: moving.into(),
+            cost,
+        })
     }
 
     /// `BuildDisruptionBudgetMapping`.

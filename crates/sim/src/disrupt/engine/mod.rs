@@ -162,8 +162,15 @@ pub(super) struct Engine<'a> {
     pub nodes: BTreeMap<String, WorkingNode>,
     pub bound: BTreeMap<String, Vec<Pod>>,
     pending: Vec<Pod>,
-    /// The state prepared for probes, for consolidation (true) or not; dropped on a change.
+    /// The state prepared for probes, for consolidation (true) or not; a command changes it
+    /// in place (`update_prepared`).
     prepared: Option<(bool, crate::solver::Prepared<'static>)>,
+    /// Prepare the state afresh after every command instead (what the in-place change must
+    /// equal; a test compares the two).
+    pub rebuild: bool,
+    /// Per node: `NewCandidate`'s answer for graceful methods and for Drift, kept until a
+    /// command touches the node.
+    candidate_cache: HashMap<String, [Option<Result<Candidate, String>>; 2]>,
     pub commands: Vec<CommandOut>,
     pub reasons: BTreeMap<String, Vec<String>>,
     pub explained: Vec<String>,
@@ -262,6 +269,8 @@ impl<'a> Engine<'a> {
             nodes,
             bound,
             prepared: None,
+            rebuild: false,
+            candidate_cache: HashMap::new(),
             commands: Vec::new(),
             reasons: BTreeMap::new(),
             explained: Vec::new(),

@@ -5,14 +5,17 @@ use super::Dest;
 use super::Engine;
 use super::Sim;
 use super::UNDER_CONSOLIDATE_AFTER;
+use super::WorkingNode;
 use crate::labels;
 use crate::model::Effect;
+use crate::model::Node;
 use crate::model::Pod;
 use crate::model::Taint;
 use crate::model::Toleration;
 use crate::model::TolerationOp;
 use crate::solver::ClaimResult;
 use crate::solver::Launch;
+use crate::solver::NodeChange;
 use crate::solver::Outcome;
 use crate::solver::Placement;
 use crate::solver::Prepared;
@@ -27,8 +30,9 @@ pub(super) struct Probe {
     pub pods: Vec<Pod>,
     pub first_moved: usize,
     pub outcome: Outcome,
-    /// The existing nodes the scheduler kept, in its order (`Placement::Existing` indexes it).
-    pub kept: Vec<String>,
+    /// The names of the existing nodes moved pods went to, by the scheduler's index
+    /// (`Placement::Existing`).
+    pub kept: BTreeMap<usize, String>,
 }
 
 impl Engine<'_> {
@@ -44,17 +48,7 @@ impl Engine<'_> {
         input.nodes = self
             .nodes
             .values()
-            .map(|n| {
-                let mut node = n.node.clone();
-                if consolidation && self.under_consolidate_after(n).is_some() {
-                    node.taints.push(Taint {
-                        key: UNDER_CONSOLIDATE_AFTER.into(),
-                        value: String::new(),
-                        effect: Effect::NoSchedule,
-                    });
-                }
-                node
-            })
+            .map(|n| self.node_for(n, consolidation))
             .collect();
         input.bound = self
             .bound
@@ -63,6 +57,44 @@ impl Engine<'_> {
             .collect();
         input.pods = self.pending_for(consolidation);
         Prepared::new(Cow::Owned(input))
+    }
+
+    /// A node as probes see it: for consolidation, one still inside `consolidateAfter` is
+    /// tainted so that only pending pods land there.
+    fn node_for(&self, n: &WorkingNode, consolidation: bool) -> Node {
+        let mut node = n.node.clone();
+        if consolidation && self.under_consolidate_after(n).is_some() {
+            node.taints.push(Taint {
+                key: UNDER_CONSOLIDATE_AFTER.into(),
+                value: String::new(),
+                effect: Effect::NoSchedule,
+            });
+        }
+        node
+    }
+
+    /// After a command: the prepared cluster with the nodes it touched (gone, added, or
+    /// given pods) changed in place, or dropped when it cannot be (or `rebuild` is set).
+    pub(super) fn update_prepared(&mut self, touched: BTreeSet<String>) {
+        let Some((consolidation, mut prepared)) = self.prepared.take() else {
+            return;
+        };
+        if self.rebuild {
+            return;
+        }
+        let changes = touched
+            .into_iter()
+            .map(|name| {
+                let now = self.nodes.get(&name).map(|n| {
+                    let pods = self.bound.get(&name).cloned().unwrap_or_default();
+                    (self.node_for(n, consolidation), pods)
+                });
+                NodeChange { name, now }
+            })
+            .collect();
+        if prepared.update(changes) {
+            self.prepared = Some((consolidation, prepared));
+        }
     }
 
     /// The pending pods; for consolidation, tolerating the nodes still inside
@@ -86,12 +118,14 @@ impl Engine<'_> {
     /// plus new NodeClaims: a delta on the prepared cluster, which stays as it was.
     pub(super) fn probe(&mut self, candidates: &[&Candidate], consolidation: bool) -> Probe {
         let prepared = self.prepared(consolidation);
-        let names: BTreeSet<&str> = candidates.iter().map(|c| c.name.as_str()).collect();
         let nodes = &prepared.input().nodes;
-        let gone: Vec<bool> = nodes
-            .iter()
-            .map(|n| names.contains(n.name.as_str()))
-            .collect();
+        // The prepared nodes are in name order (`self.nodes`'s, kept by `update`).
+        let mut gone = vec![false; nodes.len()];
+        for c in candidates {
+            if let Ok(at) = nodes.binary_search_by(|n| n.name.as_str().cmp(&c.name)) {
+                gone[at] = true;
+            }
+        }
         let mut pods = prepared.input().pods.clone();
         let first_moved = pods.len();
         for c in candidates {
@@ -99,12 +133,15 @@ impl Engine<'_> {
             pods.extend(c.moving.iter().map(|&at| bound[at].clone()));
         }
         let outcome = prepared.simulate(&pods, &gone);
-        // Upstream indexes existing nodes in the simulation's own node list: the kept ones.
-        let kept = nodes
+        // `Placement::Existing` indexes the scheduler's existing nodes, which it orders
+        // initialized ones first (not by name alone): each names its input node.
+        let kept = outcome.placements[first_moved..]
             .iter()
-            .zip(&gone)
-            .filter(|(_, g)| !**g)
-            .map(|(n, _)| n.name.clone())
+            .filter_map(|p| match p {
+                Some(Placement::Existing(e)) => Some(*e),
+                _ => None,
+            })
+            .map(|e| (e, nodes[outcome.existing[e].0].name.clone()))
             .collect();
         self.prepared = Some((consolidation, prepared));
         Probe {
@@ -147,7 +184,7 @@ impl Engine<'_> {
         for (pi, pod) in pods.iter().enumerate().skip(first_moved) {
             match outcome.placements[pi] {
                 Some(Placement::Existing(ni)) => {
-                    let name = &kept[ni];
+                    let name = &kept[&ni];
                     if !self.initialized(name) {
                         failed.push(format!(
                             "{}: would schedule against uninitialized node/{name}",
