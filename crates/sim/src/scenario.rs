@@ -21,9 +21,10 @@ use kk_catalog::{
     Reservation, Resources,
 };
 use kk_model::quantity::Quantity;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::input::{LoadOptions, SourceFile, load_with_catalog};
+use crate::input::{LoadOptions, ObjectList, load_objects_with_catalog};
 use crate::plan::{build, simulate};
 use crate::solver::{ClaimResult, Input};
 
@@ -262,8 +263,7 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     Ok(catalog)
 }
 
-fn with_kind(v: &Value, api: &str, kind: &str) -> Value {
-    let mut v = v.clone();
+fn with_kind(mut v: Value, api: &str, kind: &str) -> Value {
     if let Some(m) = v.as_object_mut() {
         m.entry("apiVersion").or_insert_with(|| json!(api));
         m.entry("kind").or_insert_with(|| json!(kind));
@@ -271,14 +271,54 @@ fn with_kind(v: &Value, api: &str, kind: &str) -> Value {
     v
 }
 
-fn list(items: Vec<Value>) -> String {
-    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+/// The scenario's top-level fields, unparsed: the pods are parsed one at a time as the reader
+/// takes them, so 100,000 of them are never all held as JSON values at once.
+#[derive(serde::Deserialize)]
+struct RawScenario<'a> {
+    #[serde(borrow, rename = "instanceTypes")]
+    instance_types: Option<&'a RawValue>,
+    #[serde(borrow, rename = "nodePools")]
+    node_pools: Option<&'a RawValue>,
+    #[serde(borrow, rename = "nodeOverlays")]
+    node_overlays: Option<&'a RawValue>,
+    #[serde(borrow, rename = "daemonSets")]
+    daemon_sets: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pods: Option<&'a RawValue>,
+    #[serde(borrow, rename = "existingNodes")]
+    existing_nodes: Option<&'a RawValue>,
+}
+
+/// A JSON text already checked by the parser, as a value.
+fn parsed(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
+/// The items of an array field; nothing when the field is missing or not an array.
+fn raw_items<'a>(raw: Option<&'a RawValue>) -> Vec<&'a RawValue> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default()
 }
 
 /// Reads a scenario (its JSON text) into the simulator's input.
 pub fn read(text: &str) -> Result<Input, ScenarioError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| ScenarioError::Json(e.to_string()))?;
-    read_value(&v)
+    let Ok(raw) = serde_json::from_str::<RawScenario>(text) else {
+        // Not an object of the fields above (or not JSON): read as a value, as it always was.
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| ScenarioError::Json(e.to_string()))?;
+        return read_value(&v);
+    };
+    let array = |r: Option<&RawValue>| raw_items(r).into_iter().map(parsed).collect();
+    let catalog = catalog(&json!({ "instanceTypes": raw.instance_types.map_or(Value::Null, parsed) }))?;
+    let existing = raw.existing_nodes.map_or(Value::Null, parsed);
+    assemble(
+        catalog,
+        array(raw.node_pools),
+        array(raw.node_overlays),
+        array(raw.daemon_sets),
+        raw_items(raw.pods).into_iter().map(parsed),
+        existing.as_array().map_or(&[][..], Vec::as_slice),
+    )
 }
 
 /// [`read`] from a parsed value.
@@ -290,58 +330,81 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
             .unwrap_or_default()
     };
     let catalog = catalog(v)?;
-    // NodeOverlays ride with the pools, as in a rendered bundle.
-    let pools: Vec<Value> = arr("nodePools")
-        .iter()
+    let existing = arr("existingNodes");
+    assemble(
+        catalog,
+        arr("nodePools"),
+        arr("nodeOverlays"),
+        arr("daemonSets"),
+        arr("pods").into_iter(),
+        &existing,
+    )
+}
+
+/// The scenario's objects through the manifest reader: pools and NodeOverlays as one list (as
+/// in a rendered bundle), DaemonSets, pods and the existing nodes' pods as another, nodes as a
+/// third.
+fn assemble(
+    catalog: Catalog,
+    pools: Vec<Value>,
+    overlays: Vec<Value>,
+    daemonsets: Vec<Value>,
+    pods: impl Iterator<Item = Value>,
+    existing: &[Value],
+) -> Result<Input, ScenarioError> {
+    let pools: Vec<Value> = pools
+        .into_iter()
         .map(|p| with_kind(p, "karpenter.sh/v1", "NodePool"))
         .chain(
-            arr("nodeOverlays")
-                .iter()
+            overlays
+                .into_iter()
                 .map(|o| with_kind(o, "karpenter.sh/v1alpha1", "NodeOverlay")),
         )
         .collect();
-    let mut work: Vec<Value> = Vec::new();
-    for ds in arr("daemonSets") {
-        work.push(with_kind(&ds, "apps/v1", "DaemonSet"));
-    }
-    for p in arr("pods") {
-        work.push(with_kind(&p, "v1", "Pod"));
-    }
     let mut nodes: Vec<Value> = Vec::new();
-    for e in arr("existingNodes") {
+    let mut bound: Vec<Value> = Vec::new();
+    for e in existing {
         let Some(node) = e.get("node") else { continue };
         let name = node
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        nodes.push(with_kind(node, "v1", "Node"));
+        nodes.push(with_kind(node.clone(), "v1", "Node"));
         for p in e
             .get("pods")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            let mut p = with_kind(p, "v1", "Pod");
+            let mut p = with_kind(p.clone(), "v1", "Pod");
             if let Some(spec) = p.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.insert("nodeName".into(), json!(name));
             }
             // A pod with a DaemonSet ownerReference counts as that DaemonSet's pod on the node
             // (the reader matches it to the DaemonSet).
-            work.push(p);
+            bound.push(p);
         }
     }
-    let files_p = [SourceFile::new("nodePools.json", list(pools))];
-    let files_w = [SourceFile::new("pods.json", list(work))];
-    let files_n = if nodes.is_empty() {
-        Vec::new()
-    } else {
-        vec![SourceFile::new("nodes.json", list(nodes))]
-    };
-    load_with_catalog(
-        &files_p,
-        &files_w,
-        &files_n,
+    let work = daemonsets
+        .into_iter()
+        .map(|d| with_kind(d, "apps/v1", "DaemonSet"))
+        .chain(pods.map(|p| with_kind(p, "v1", "Pod")))
+        .chain(bound);
+    let nodes = (!nodes.is_empty()).then(|| ObjectList {
+        name: "nodes.json".into(),
+        items: nodes,
+    });
+    load_objects_with_catalog(
+        ObjectList {
+            name: "nodePools.json".into(),
+            items: pools,
+        },
+        ObjectList {
+            name: "pods.json".into(),
+            items: work,
+        },
+        nodes,
         &LoadOptions::default(),
         catalog,
     )
