@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use kk_catalog::resources::format_quantity;
 use serde::Serialize;
 
-use crate::solver::{Input, Outcome, Placement, launch};
+use crate::solver::{ClaimResult, Input, Outcome, Placement, launch_fitting};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,45 +70,87 @@ fn round(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
+/// What each NodePool's types advertise as allocatable, built once per (NodePool, type): a
+/// claim's launch checks its requests against every type it still has, and thousands of
+/// claims share the same few hundred types.
+pub(crate) struct Allocatable<'a> {
+    input: &'a Input,
+    by_pool: Vec<Vec<Option<BTreeMap<String, i64>>>>,
+}
+
+impl<'a> Allocatable<'a> {
+    pub(crate) fn new(input: &'a Input) -> Allocatable<'a> {
+        Allocatable {
+            input,
+            by_pool: vec![Vec::new(); input.pools.len()],
+        }
+    }
+
+    /// Whether `requests` fit what catalog type `ci` advertises in NodePool `pool`.
+    fn fits(&mut self, pool: usize, ci: usize, requests: &BTreeMap<String, i64>) -> bool {
+        let input = self.input;
+        let types = &mut self.by_pool[pool];
+        if types.is_empty() {
+            types.resize(input.catalog.types().len(), None);
+        }
+        // NodeOverlay capacity included: the AWS provider applies the overlays at launch too.
+        let allocatable = types[ci]
+            .get_or_insert_with(|| input.pools[pool].advertised(&input.catalog, ci).0);
+        requests
+            .iter()
+            .all(|(k, v)| *v <= allocatable.get(k).copied().unwrap_or(0))
+    }
+}
+
+/// One claim of the plan (its launch choice, options, pods and requests) and its launch's
+/// price, unrounded.
+pub(crate) fn planned_claim(
+    input: &Input,
+    claim: &ClaimResult,
+    allocatable: &mut Allocatable,
+) -> (PlannedClaim, f64) {
     let catalog = &input.catalog;
-    let mut node_claims = Vec::new();
+    let fits = |ci: usize| allocatable.fits(claim.pool_index, ci, &claim.requests);
+    let l = launch_fitting(catalog, claim, fits, &input.options);
+    let (instance_type, capacity_type, zone, price) = match &l {
+        Some(l) => (
+            catalog.types()[l.instance_type].name.clone(),
+            l.capacity_type.as_str().to_owned(),
+            l.zone.clone(),
+            l.price,
+        ),
+        None => (String::new(), String::new(), String::new(), 0.0),
+    };
+    let planned = PlannedClaim {
+        node_pool: claim.pool.clone(),
+        instance_type,
+        instance_type_options: claim
+            .types
+            .iter()
+            .map(|&ci| catalog.types()[ci].name.clone())
+            .collect(),
+        capacity_type,
+        zone,
+        pods: claim.pods.iter().map(|&p| input.pods[p].key()).collect(),
+        price_per_hour: round(price),
+        requests: claim
+            .requests
+            .iter()
+            .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+            .collect(),
+        next_loop: false,
+    };
+    (planned, price)
+}
+
+pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
+    let mut allocatable = Allocatable::new(input);
     let mut total = 0.0;
+    let mut node_claims = Vec::new();
     for claim in &outcome.claims {
-        // What the pool's types advertise, NodeOverlay capacity included: the AWS provider
-        // applies the overlays at launch too.
-        let pool = &input.pools[claim.pool_index];
-        let alloc = |ci: usize| pool.advertised(catalog, ci).0;
-        let l = launch(catalog, claim, alloc, &input.options);
-        let (instance_type, capacity_type, zone, price) = match &l {
-            Some(l) => (
-                catalog.types()[l.instance_type].name.clone(),
-                l.capacity_type.as_str().to_owned(),
-                l.zone.clone(),
-                l.price,
-            ),
-            None => (String::new(), String::new(), String::new(), 0.0),
-        };
+        let (planned, price) = planned_claim(input, claim, &mut allocatable);
         total += price;
-        node_claims.push(PlannedClaim {
-            node_pool: claim.pool.clone(),
-            instance_type,
-            instance_type_options: claim
-                .types
-                .iter()
-                .map(|&ci| catalog.types()[ci].name.clone())
-                .collect(),
-            capacity_type,
-            zone,
-            pods: claim.pods.iter().map(|&p| input.pods[p].key()).collect(),
-            price_per_hour: round(price),
-            requests: claim
-                .requests
-                .iter()
-                .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
-                .collect(),
-            next_loop: false,
-        });
+        node_claims.push(planned);
     }
     let existing_nodes: Vec<ExistingUse> = outcome
         .existing

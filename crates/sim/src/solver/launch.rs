@@ -100,6 +100,24 @@ pub fn launch(
     alloc: impl Fn(usize) -> BTreeMap<String, i64>,
     options: &Options,
 ) -> Option<Launch> {
+    let fits = |ci: usize| {
+        let a = alloc(ci);
+        claim
+            .requests
+            .iter()
+            .all(|(k, v)| *v <= a.get(k).copied().unwrap_or(0))
+    };
+    launch_fitting(catalog, claim, fits, options)
+}
+
+/// [`launch`] given whether the claim's requests fit each type's allocatable (`fits(ci)`),
+/// for callers that keep what the types advertise instead of building it per claim.
+pub fn launch_fitting(
+    catalog: &Catalog,
+    claim: &ClaimResult,
+    mut fits: impl FnMut(usize) -> bool,
+    options: &Options,
+) -> Option<Launch> {
     let reqs = &claim.requirements;
     let cr = reqs.get(labels::CAPACITY_TYPE);
     let filter = OfferingFilter::new(reqs);
@@ -110,14 +128,7 @@ pub fn launch(
         .types
         .iter()
         .copied()
-        .filter(|&ci| {
-            let a = alloc(ci);
-            claim
-                .requests
-                .iter()
-                .all(|(k, v)| *v <= a.get(k).copied().unwrap_or(0))
-                && compatible_offer(ci, None).next().is_some()
-        })
+        .filter(|&ci| fits(ci) && compatible_offer(ci, None).next().is_some())
         .collect();
     let min_values = reqs.has_min_values();
     // ExoticInstanceTypeFilter: drop metal and GPU/accelerator types when others remain.

@@ -43,7 +43,7 @@ mod reserve;
 use bits::Bits;
 use limits::Limits;
 
-pub use launch::{Launch, instance_requirements, launch};
+pub use launch::{Launch, instance_requirements, launch, launch_fitting};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
 pub use prepare::Prepared;
 

@@ -25,8 +25,11 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::input::{LoadOptions, ObjectList, load_objects_with_catalog};
-use crate::plan::{build, simulate};
-use crate::solver::{ClaimResult, Input};
+
+mod result;
+
+pub use result::{Report, report, result};
+use crate::solver::Input;
 
 /// Why a scenario cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -409,93 +412,4 @@ fn assemble(
         catalog,
     )
     .map_err(ScenarioError::Load)
-}
-
-/// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
-/// (capacity type, zone, price), price ties broken by capacity type, then zone, by name — the
-/// oracle's `capacityType`/`zone`/`price` of a claim (docs/fidelity.md, "The result format").
-fn cheapest_offering(
-    catalog: &Catalog,
-    claim: &ClaimResult,
-    ci: usize,
-) -> Option<(&'static str, String, f64)> {
-    let filter = crate::offerings::OfferingFilter::new(&claim.requirements);
-    catalog.types()[ci]
-        .offerings
-        .iter()
-        .filter(|o| o.launchable() && filter.allows(o))
-        .map(|o| (o.capacity_type.as_str(), o.zone.to_string(), o.price))
-        .min_by(|a, b| {
-            a.2.total_cmp(&b.2)
-                .then_with(|| a.0.cmp(b.0))
-                .then_with(|| a.1.cmp(&b.1))
-        })
-}
-
-/// Solves `input` and renders the plan in the oracle's result shape (`nodeClaims`,
-/// `existingNodes`, `pending`), node claims sorted by their first pod as the oracle sorts them.
-///
-/// A claim's `cheapestInstanceType`, `capacityType`, `zone` and `price` are what the oracle
-/// reports: the first option (by the price of its cheapest compatible available offering) and
-/// that offering. They describe the claim, not a launch: which type and capacity type the AWS
-/// provider launches is its own step (CreateFleet with the price-capacity-optimized strategy,
-/// spot whenever the claim allows spot and a spot offering remains, after its exotic-type and
-/// spot-price filters), which the oracle's fake cloud provider does not have. kk-sim's launch
-/// choice is rendered as `launchInstanceType`, `launchCapacityType`, `launchZone` and
-/// `launchPrice`, not compared.
-pub fn result(scenario: &str, input: &Input) -> Value {
-    let outcome = simulate(input);
-    let plan = build(input, &outcome);
-    let catalog = &input.catalog;
-    let mut claims: Vec<Value> = plan
-        .node_claims
-        .iter()
-        .zip(&outcome.claims)
-        .map(|(c, raw)| {
-            let mut pods = c.pods.clone();
-            pods.sort();
-            let first = raw.types.first().copied();
-            let (ct, zone, price) = first
-                .and_then(|ci| cheapest_offering(catalog, raw, ci))
-                .map_or((String::new(), String::new(), 0.0), |(ct, z, p)| {
-                    (ct.to_owned(), z, p)
-                });
-            json!({
-                "nodePool": c.node_pool,
-                "instanceTypeOptions": c.instance_type_options,
-                "cheapestInstanceType": c.instance_type_options.first().unwrap_or(&c.instance_type),
-                "capacityType": ct,
-                "zone": zone,
-                "price": price,
-                "launchInstanceType": c.instance_type,
-                "launchCapacityType": c.capacity_type,
-                "launchZone": c.zone,
-                "launchPrice": c.price_per_hour,
-                "requests": c.requests,
-                "pods": pods,
-            })
-        })
-        .collect();
-    claims.sort_by(|a, b| a["pods"][0].as_str().cmp(&b["pods"][0].as_str()));
-    let existing: Vec<Value> = plan
-        .existing_nodes
-        .iter()
-        .map(|e| {
-            let mut pods = e.pods.clone();
-            pods.sort();
-            json!({"name": e.node, "pods": pods})
-        })
-        .collect();
-    let mut pending: Vec<Value> = plan
-        .pending
-        .iter()
-        .map(|p| json!({"pod": p.pod, "error": p.reason}))
-        .collect();
-    pending.sort_by(|a, b| a["pod"].as_str().cmp(&b["pod"].as_str()));
-    json!({
-        "scenario": scenario,
-        "nodeClaims": claims,
-        "existingNodes": existing,
-        "pending": pending,
-    })
 }
