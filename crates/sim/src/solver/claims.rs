@@ -317,7 +317,9 @@ impl Scheduler<'_> {
                     .map_or(u32::MAX, |d| self.topology.domain_id(d))
             })
             .collect();
-        self.claims[c].singles = singles;
+        let claim = &self.claims[c];
+        self.screens
+            .set(c, host, &claim.requests, &claim.max_net, &singles);
         self.topology.register_host(host);
         self.topology.record(pid, pod, &taints, &reqs);
         self.placements[pid] = Some(Placement::Claim(c));
@@ -351,7 +353,6 @@ impl Scheduler<'_> {
             max_net,
             pods: Vec::new(),
             host_ports: Vec::new(),
-            singles: vec![u32::MAX; self.topo_keys.len()],
             reserved: Vec::new(),
         };
         self.claims.push(claim);

@@ -39,9 +39,11 @@ mod prepare;
 mod queue;
 mod relax;
 mod reserve;
+mod screen;
 
 use bits::Bits;
 use limits::Limits;
+use screen::Screens;
 
 pub use launch::{Launch, instance_requirements, launch, launch_fitting};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
@@ -124,9 +126,6 @@ struct Claim {
     max_net: Res,
     pods: Vec<usize>,
     host_ports: Vec<(i32, String)>,
-    /// Per topology key (`Scheduler::topo_keys`): the interned domain when the claim is
-    /// narrowed to exactly one, else `u32::MAX`.
-    singles: Vec<u32>,
     /// The capacity reservations the claim holds an instance of (`reservedOfferings`).
     reserved: Vec<Arc<str>>,
 }
@@ -164,6 +163,8 @@ pub(crate) struct Scheduler<'a> {
     /// pod tries them (reproduced exactly by [`crate::gosort`] up to `GO_SORT_EXACT` claims;
     /// beyond that, as a stable sort, which keeps large plans fast).
     order: Vec<usize>,
+    /// What the scan over `order` reads of each claim first.
+    screens: Screens,
     existing: Vec<ExistingNode>,
     topology: Topology,
     data: Vec<PodData>,

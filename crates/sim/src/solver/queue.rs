@@ -150,16 +150,19 @@ impl Scheduler<'_> {
             .filter_map(|k| self.topo_keys.iter().position(|t| t == k))
             .collect();
         let mut memo: Vec<(usize, u32, bool)> = Vec::new();
+        let requests = self.data[pid].requests.clone();
         for &c in &order {
-            let count = self.claims[c].pods.len();
             if !traced {
-                let claim = &self.claims[c];
-                if !self.topology.host_ok(&host_plan, claim.host) {
+                // The checks below are necessary conditions of `claim_can_add` for an untraced
+                // pod (whose rejections nobody reads), cheapest and most selective first.
+                if !self.topology.host_ok(&host_plan, self.screens.host(c))
+                    || !self.screens.has_room(c, &requests)
+                {
                     continue;
                 }
                 let mut skip = false;
                 for &ki in &keys {
-                    let d = claim.singles[ki];
+                    let d = self.screens.single(c, ki);
                     if d == u32::MAX {
                         continue;
                     }
@@ -199,8 +202,10 @@ impl Scheduler<'_> {
                 );
             if traced {
                 let target = format!(
-                    "in-flight NodeClaim {} (nodepool {}, {count} pods)",
-                    self.claims[c].hostname, self.pools[self.claims[c].pool].name
+                    "in-flight NodeClaim {} (nodepool {}, {} pods)",
+                    self.claims[c].hostname,
+                    self.pools[self.claims[c].pool].name,
+                    self.claims[c].pods.len()
                 );
                 let outcome = match &r {
                     Ok(_) => Ok(()),
