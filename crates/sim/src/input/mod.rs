@@ -157,7 +157,11 @@ where
         }
     };
     read(Role::Pools, &pools.name, &mut pools.items.into_iter());
-    read(Role::Workloads, &workloads.name, &mut workloads.items.into_iter());
+    read(
+        Role::Workloads,
+        &workloads.name,
+        &mut workloads.items.into_iter(),
+    );
     if let Some(nodes) = nodes {
         read(Role::Nodes, &nodes.name, &mut nodes.items.into_iter());
     }

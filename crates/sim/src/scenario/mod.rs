@@ -28,8 +28,8 @@ use crate::input::{LoadOptions, ObjectList, load_objects_with_catalog};
 
 mod result;
 
-pub use result::{Report, report, result};
 use crate::solver::Input;
+pub use result::{Report, report, result};
 
 /// Why a scenario cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -312,7 +312,8 @@ pub fn read(text: &str) -> Result<Input, ScenarioError> {
         return read_value(&v);
     };
     let array = |r: Option<&RawValue>| raw_items(r).into_iter().map(parsed).collect();
-    let catalog = catalog(&json!({ "instanceTypes": raw.instance_types.map_or(Value::Null, parsed) }))?;
+    let catalog =
+        catalog(&json!({ "instanceTypes": raw.instance_types.map_or(Value::Null, parsed) }))?;
     let existing = raw.existing_nodes.map_or(Value::Null, parsed);
     assemble(
         catalog,

@@ -13,7 +13,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::plan::{Allocatable, planned_claim, simulate};
+use crate::plan::{Allocatable, claim_launch, claim_requests, round, simulate};
 use crate::solver::{ClaimResult, Input, Outcome};
 
 /// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
@@ -95,17 +95,27 @@ impl Serialize for Report<'_> {
 #[serde(rename_all = "camelCase")]
 struct ClaimEntry<'c> {
     node_pool: &'c str,
-    instance_type_options: &'c [String],
+    instance_type_options: TypeNames<'c>,
     cheapest_instance_type: &'c str,
     capacity_type: &'c str,
     zone: String,
     price: f64,
     launch_instance_type: &'c str,
     launch_capacity_type: &'c str,
-    launch_zone: &'c str,
+    launch_zone: String,
     launch_price: f64,
-    requests: &'c BTreeMap<String, String>,
-    pods: &'c [String],
+    requests: BTreeMap<String, String>,
+    pods: Vec<String>,
+}
+
+/// Catalog types by name, written from the catalog's own strings.
+struct TypeNames<'c>(&'c Catalog, &'c [usize]);
+
+impl Serialize for TypeNames<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let types = self.0.types();
+        serializer.collect_seq(self.1.iter().map(|&ci| types[ci].name.as_str()))
+    }
 }
 
 struct Claims<'r, 'a>(&'r Report<'a>);
@@ -114,33 +124,36 @@ impl Serialize for Claims<'_, '_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let report = self.0;
         let input = report.input;
+        let catalog = &input.catalog;
         let mut allocatable = Allocatable::new(input);
         let mut seq = serializer.serialize_seq(Some(report.order.len()))?;
         for &c in &report.order {
             let raw = &report.outcome.claims[c];
-            let (mut planned, _) = planned_claim(input, raw, &mut allocatable);
-            planned.pods.sort();
+            let (launch_type, launch_capacity_type, launch_zone, launch_price) =
+                claim_launch(input, raw, &mut allocatable);
+            let mut pods: Vec<String> = raw.pods.iter().map(|&p| input.pods[p].key()).collect();
+            pods.sort();
             let (capacity_type, zone, price) = raw
                 .types
                 .first()
-                .and_then(|&ci| cheapest_offering(&input.catalog, raw, ci))
+                .and_then(|&ci| cheapest_offering(catalog, raw, ci))
                 .unwrap_or(("", String::new(), 0.0));
             seq.serialize_element(&ClaimEntry {
-                node_pool: &planned.node_pool,
-                instance_type_options: &planned.instance_type_options,
-                cheapest_instance_type: planned
-                    .instance_type_options
+                node_pool: &raw.pool,
+                instance_type_options: TypeNames(catalog, &raw.types),
+                cheapest_instance_type: raw
+                    .types
                     .first()
-                    .unwrap_or(&planned.instance_type),
+                    .map_or(launch_type, |&ci| &catalog.types()[ci].name),
                 capacity_type,
                 zone,
                 price,
-                launch_instance_type: &planned.instance_type,
-                launch_capacity_type: &planned.capacity_type,
-                launch_zone: &planned.zone,
-                launch_price: planned.price_per_hour,
-                requests: &planned.requests,
-                pods: &planned.pods,
+                launch_instance_type: launch_type,
+                launch_capacity_type,
+                launch_zone,
+                launch_price: round(launch_price),
+                requests: claim_requests(raw),
+                pods,
             })?;
         }
         seq.end()

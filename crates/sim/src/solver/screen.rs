@@ -32,11 +32,19 @@ impl Screens {
 
     /// Sets claim `c`'s entry (claims get theirs in index order, each when it takes its first
     /// pod, and a claim is never dropped after that).
-    pub(super) fn set(&mut self, c: usize, host: u32, requests: &Res, max_net: &Res, singles: &[u32]) {
+    pub(super) fn set(
+        &mut self,
+        c: usize,
+        host: u32,
+        requests: &Res,
+        max_net: &Res,
+        singles: &[u32],
+    ) {
         if c == self.hosts.len() {
             self.hosts.push(host);
             self.room.resize(self.room.len() + 2 * self.resources, 0);
-            self.singles.resize(self.singles.len() + self.keys, u32::MAX);
+            self.singles
+                .resize(self.singles.len() + self.keys, u32::MAX);
         }
         self.hosts[c] = host;
         let room = &mut self.room[c * 2 * self.resources..(c + 1) * 2 * self.resources];
