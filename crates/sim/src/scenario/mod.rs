@@ -298,7 +298,7 @@ fn parsed(raw: &RawValue) -> Value {
 }
 
 /// The items of an array field; nothing when the field is missing or not an array.
-fn raw_items<'a>(raw: Option<&'a RawValue>) -> Vec<&'a RawValue> {
+fn raw_items(raw: Option<&RawValue>) -> Vec<&RawValue> {
     raw.and_then(|r| serde_json::from_str(r.get()).ok())
         .unwrap_or_default()
 }

@@ -304,24 +304,26 @@ impl Scheduler<'_> {
             };
             self.order.insert(at, c);
         }
+        // Borrowed, not cloned: the claim, its pool and the topology are separate fields.
         let claim = &self.claims[c];
         debug_assert_eq!((claim.host, claim.pool), (host, pool));
-        let taints = self.pools[pool].taints.clone();
-        let reqs = claim.reqs.clone();
+        let taints = &self.pools[pool].taints;
+        let topology = &mut self.topology;
         let singles: Vec<u32> = self
             .topo_keys
             .iter()
             .map(|k| {
-                reqs.get_ref(k)
+                claim
+                    .reqs
+                    .get_ref(k)
                     .and_then(|r| r.single_value())
-                    .map_or(u32::MAX, |d| self.topology.domain_id(d))
+                    .map_or(u32::MAX, |d| topology.domain_id(d))
             })
             .collect();
-        let claim = &self.claims[c];
         self.screens
             .set(c, host, &claim.requests, &claim.max_net, &singles);
-        self.topology.register_host(host);
-        self.topology.record(pid, pod, &taints, &reqs);
+        topology.register_host(host);
+        topology.record(pid, pod, taints, &claim.reqs);
         self.placements[pid] = Some(Placement::Claim(c));
     }
 
