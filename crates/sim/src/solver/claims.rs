@@ -290,6 +290,7 @@ impl Scheduler<'_> {
         if old == 0 {
             self.order.push(c);
         }
+        let mut moved = None;
         if self.claims.len() > GO_SORT_EXACT {
             // What a stable sort by pod count does after this one change: a claim that gained
             // a pod moves to the front of its new count's block; a new one to the end of the
@@ -303,6 +304,7 @@ impl Scheduler<'_> {
                 self.order.partition_point(|&x| claims[x].pods.len() <= old)
             };
             self.order.insert(at, c);
+            moved = Some((pos, at));
         }
         // Borrowed, not cloned: the claim, its pool and the topology are separate fields.
         let claim = &self.claims[c];
@@ -324,6 +326,10 @@ impl Scheduler<'_> {
             .set(c, host, &claim.requests, &claim.max_net, &singles);
         topology.register_host(host);
         topology.record(pid, pod, taints, &claim.reqs);
+        let topology = &self.topology;
+        self.screens.follow(old == 0, moved, |inverse, g| {
+            topology.host_count(inverse, g, host) > 0
+        });
         self.placements[pid] = Some(Placement::Claim(c));
     }
 

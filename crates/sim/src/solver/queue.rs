@@ -151,7 +151,32 @@ impl Scheduler<'_> {
             .collect();
         let mut memo: Vec<(usize, u32, bool)> = Vec::new();
         let requests = self.data[pid].requests.clone();
-        for &c in &order {
+        // With the order kept one move at a time, a pod that may join no host a hostname
+        // group counts (highest allowed count 0) passes over those claims' positions
+        // unscreened: `host_ok` would refuse each of them.
+        let free = if !traced && self.claims.len() > GO_SORT_EXACT {
+            host_plan
+                .iter()
+                .find(|&&(_, _, limit)| limit <= 0)
+                .map(|&(inverse, g, _)| {
+                    let topology = &self.topology;
+                    self.screens.occupancy(inverse, g, &order, |host| {
+                        topology.host_count(inverse, g, host) > 0
+                    })
+                })
+        } else {
+            None
+        };
+        let mut next = 0;
+        while next < order.len() {
+            if let Some(i) = free {
+                match self.screens.next_free(i, next) {
+                    Some(position) => next = position,
+                    None => break,
+                }
+            }
+            let c = order[next];
+            next += 1;
             if !traced {
                 // The checks below are necessary conditions of `claim_can_add` for an untraced
                 // pod (whose rejections nobody reads), cheapest and most selective first.

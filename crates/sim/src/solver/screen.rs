@@ -19,6 +19,11 @@ pub(super) struct Screens {
     room: Vec<i64>,
     /// Per claim and key: the interned domain when narrowed to exactly one, else `u32::MAX`.
     singles: Vec<u32>,
+    /// Hostname groups (inverse?, group) with, per position of the in-flight order, whether
+    /// that claim's host already counts a pod of the group. Kept only while the order is
+    /// maintained one move at a time (more than `GO_SORT_EXACT` claims): a pod that may not
+    /// join a host the group counts at all skips those positions without screening them.
+    occupied: Vec<(bool, usize, Vec<bool>)>,
 }
 
 impl Screens {
@@ -72,5 +77,57 @@ impl Screens {
     /// The domain claim `c` is narrowed to for key `key` (index into the keys), if one.
     pub(super) fn single(&self, c: usize, key: usize) -> u32 {
         self.singles[c * self.keys + key]
+    }
+}
+
+impl Screens {
+    /// The tracked occupancy of hostname group `g` (`inverse`: an inverse anti-affinity
+    /// group) by position of `order`, built from `occupied(host)` when not tracked yet.
+    pub(super) fn occupancy(
+        &mut self,
+        inverse: bool,
+        g: usize,
+        order: &[usize],
+        occupied: impl Fn(u32) -> bool,
+    ) -> usize {
+        if let Some(i) = self
+            .occupied
+            .iter()
+            .position(|(inv, group, _)| *inv == inverse && *group == g)
+        {
+            return i;
+        }
+        let bits = order.iter().map(|&c| occupied(self.hosts[c])).collect();
+        self.occupied.push((inverse, g, bits));
+        self.occupied.len() - 1
+    }
+
+    /// The first position at or after `from` whose claim tracked group `i` leaves free.
+    pub(super) fn next_free(&self, i: usize, from: usize) -> Option<usize> {
+        let bits = &self.occupied[i].2;
+        bits.get(from..)?.iter().position(|&b| !b).map(|k| from + k)
+    }
+
+    /// Follows a claim's move in the in-flight order (appended when `pushed`; then, when
+    /// `moved`, removed from position `.0` and inserted at `.1`), with `occupied(inverse, g)`
+    /// for whether its host now counts a pod of each tracked group. Without a move (the
+    /// order re-sorted as a whole) the tracking is dropped.
+    pub(super) fn follow(
+        &mut self,
+        pushed: bool,
+        moved: Option<(usize, usize)>,
+        occupied: impl Fn(bool, usize) -> bool,
+    ) {
+        let Some((from, to)) = moved else {
+            self.occupied.clear();
+            return;
+        };
+        for (inverse, g, bits) in &mut self.occupied {
+            if pushed {
+                bits.push(false);
+            }
+            bits.remove(from);
+            bits.insert(to, occupied(*inverse, *g));
+        }
     }
 }
