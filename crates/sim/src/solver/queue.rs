@@ -180,9 +180,7 @@ impl Scheduler<'_> {
             if !traced {
                 // The checks below are necessary conditions of `claim_can_add` for an untraced
                 // pod (whose rejections nobody reads), cheapest and most selective first.
-                if !self.topology.host_ok(&host_plan, self.screens.host(c))
-                    || !self.screens.has_room(c, &requests)
-                {
+                if !self.topology.host_ok(&host_plan, self.screens.host(c)) {
                     continue;
                 }
                 let mut skip = false;
@@ -211,7 +209,7 @@ impl Scheduler<'_> {
                         break;
                     }
                 }
-                if skip {
+                if skip || !self.screens.has_room(c, &requests) {
                     continue;
                 }
             }
