@@ -1,13 +1,14 @@
 //! The plan: NodeClaims with their launch choice, pods left on existing nodes, Pending pods
 //! with reasons; as JSON, as a table, and per-pod explanations.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use kk_catalog::resources::format_quantity;
 use serde::Serialize;
 
-use crate::solver::{Input, Outcome, Placement, launch};
+use crate::offerings::OfferingFilter;
+use crate::solver::{ClaimResult, Input, Outcome, Placement, launch_fitting};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,49 +67,137 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-fn round(x: f64) -> f64 {
+pub(crate) fn round(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
+/// What every claim's launch reads, built once per NodePool and once per offering filter
+/// instead of per claim and type: thousands of claims share the same few hundred types and a
+/// handful of zone and capacity-type requirements.
+pub(crate) struct Allocatable<'a> {
+    input: &'a Input,
+    /// Per NodePool (empty until a claim of it launches): each catalog type's allocatable as
+    /// the pool advertises it.
+    by_pool: Vec<Vec<BTreeMap<String, i64>>>,
+    /// Per offering filter: each catalog type's launchable offerings it allows (indices, in
+    /// the type's order).
+    offers: HashMap<OfferingFilter, Vec<Vec<usize>>>,
+}
+
+impl<'a> Allocatable<'a> {
+    pub(crate) fn new(input: &'a Input) -> Allocatable<'a> {
+        Allocatable {
+            input,
+            by_pool: vec![Vec::new(); input.pools.len()],
+            offers: HashMap::new(),
+        }
+    }
+
+    /// Fills what a claim of NodePool `pool` with offering filter `filter` reads.
+    fn prepare(&mut self, pool: usize, filter: &OfferingFilter) {
+        let input = self.input;
+        let types = input.catalog.types();
+        if self.by_pool[pool].is_empty() {
+            // NodeOverlay capacity included: the AWS provider applies the overlays at launch
+            // too.
+            self.by_pool[pool] = (0..types.len())
+                .map(|ci| input.pools[pool].advertised(&input.catalog, ci).0)
+                .collect();
+        }
+        if !self.offers.contains_key(filter) {
+            let allowed = types
+                .iter()
+                .map(|it| {
+                    (0..it.offerings.len())
+                        .filter(|&i| {
+                            it.offerings[i].launchable() && filter.allows(&it.offerings[i])
+                        })
+                        .collect()
+                })
+                .collect();
+            self.offers.insert(filter.clone(), allowed);
+        }
+    }
+
+    /// Whether `requests` fit what catalog type `ci` advertises in NodePool `pool` (prepared).
+    fn fits(&self, pool: usize, ci: usize, requests: &BTreeMap<String, i64>) -> bool {
+        let allocatable = &self.by_pool[pool][ci];
+        requests
+            .iter()
+            .all(|(k, v)| *v <= allocatable.get(k).copied().unwrap_or(0))
+    }
+}
+
+/// A claim's launch (the AWS provider's choice): (instance type, capacity type, zone, price
+/// unrounded), empty when nothing launches.
+pub(crate) fn claim_launch<'i>(
+    input: &'i Input,
+    claim: &ClaimResult,
+    cache: &mut Allocatable,
+) -> (&'i str, &'static str, String, f64) {
     let catalog = &input.catalog;
-    let mut node_claims = Vec::new();
+    let filter = OfferingFilter::new(&claim.requirements);
+    cache.prepare(claim.pool_index, &filter);
+    let cache = &*cache;
+    let allowed = &cache.offers[&filter];
+    let types = catalog.types();
+    let fits = |ci: usize| cache.fits(claim.pool_index, ci, &claim.requests);
+    let offers = |ci: usize| allowed[ci].iter().map(move |&i| &types[ci].offerings[i]);
+    match launch_fitting(catalog, claim, fits, offers, &input.options) {
+        Some(l) => (
+            &catalog.types()[l.instance_type].name,
+            l.capacity_type.as_str(),
+            l.zone,
+            l.price,
+        ),
+        None => ("", "", String::new(), 0.0),
+    }
+}
+
+/// A claim's requests as quantities.
+pub(crate) fn claim_requests(claim: &ClaimResult) -> BTreeMap<String, String> {
+    claim
+        .requests
+        .iter()
+        .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
+        .collect()
+}
+
+/// One claim of the plan (its launch choice, options, pods and requests) and its launch's
+/// price, unrounded.
+fn planned_claim(
+    input: &Input,
+    claim: &ClaimResult,
+    allocatable: &mut Allocatable,
+) -> (PlannedClaim, f64) {
+    let catalog = &input.catalog;
+    let (instance_type, capacity_type, zone, price) = claim_launch(input, claim, allocatable);
+    let planned = PlannedClaim {
+        node_pool: claim.pool.clone(),
+        instance_type: instance_type.to_owned(),
+        instance_type_options: claim
+            .types
+            .iter()
+            .map(|&ci| catalog.types()[ci].name.clone())
+            .collect(),
+        capacity_type: capacity_type.to_owned(),
+        zone,
+        pods: claim.pods.iter().map(|&p| input.pods[p].key()).collect(),
+        price_per_hour: round(price),
+        requests: claim_requests(claim),
+        next_loop: false,
+    };
+    (planned, price)
+}
+
+pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
+    let mut allocatable = Allocatable::new(input);
     let mut total = 0.0;
+    let mut node_claims = Vec::new();
     for claim in &outcome.claims {
-        // What the pool's types advertise, NodeOverlay capacity included: the AWS provider
-        // applies the overlays at launch too.
-        let pool = &input.pools[claim.pool_index];
-        let alloc = |ci: usize| pool.advertised(catalog, ci).0;
-        let l = launch(catalog, claim, alloc, &input.options);
-        let (instance_type, capacity_type, zone, price) = match &l {
-            Some(l) => (
-                catalog.types()[l.instance_type].name.clone(),
-                l.capacity_type.as_str().to_owned(),
-                l.zone.clone(),
-                l.price,
-            ),
-            None => (String::new(), String::new(), String::new(), 0.0),
-        };
+        let (planned, price) = planned_claim(input, claim, &mut allocatable);
         total += price;
-        node_claims.push(PlannedClaim {
-            node_pool: claim.pool.clone(),
-            instance_type,
-            instance_type_options: claim
-                .types
-                .iter()
-                .map(|&ci| catalog.types()[ci].name.clone())
-                .collect(),
-            capacity_type,
-            zone,
-            pods: claim.pods.iter().map(|&p| input.pods[p].key()).collect(),
-            price_per_hour: round(price),
-            requests: claim
-                .requests
-                .iter()
-                .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
-                .collect(),
-            next_loop: false,
-        });
+        node_claims.push(planned);
     }
     let existing_nodes: Vec<ExistingUse> = outcome
         .existing

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use kk_catalog::{Catalog, KubeletOverrides, OfferingConfig};
-use kk_model::yaml::Pos;
+use kk_model::yaml::{Document, Pos};
 use serde_json::Value;
 
 use crate::model::{Node, Pool};
@@ -96,7 +96,6 @@ pub fn load(
 }
 
 /// [`load`] against a given catalog (e.g. the KWOK one, or test types).
-#[allow(clippy::too_many_lines)]
 pub fn load_with_catalog(
     pool_files: &[SourceFile],
     workload_files: &[SourceFile],
@@ -104,93 +103,188 @@ pub fn load_with_catalog(
     opts: &LoadOptions,
     mut catalog: Catalog,
 ) -> Result<Input, Vec<InputError>> {
-    let mut errors = Vec::new();
-    let mut warnings = Vec::new();
-    for file in &opts.reservations {
-        warnings.extend(reservations::add_reservations(
-            file,
-            &mut catalog,
-            &mut errors,
-        ));
-    }
-    let mut pools: Vec<(Pool, String, String, Pos)> = Vec::new();
-    let mut classes: BTreeMap<String, KubeletOverrides> = BTreeMap::new();
-    let mut workloads: Vec<Workload> = Vec::new();
-    let mut nodes: Vec<Node> = Vec::new();
-    let mut node_overlays = Vec::new();
-
+    let mut reader = Reader::new(opts, &mut catalog);
     let all = pool_files
         .iter()
-        .map(|f| (0, f))
-        .chain(workload_files.iter().map(|f| (1, f)))
-        .chain(node_files.iter().map(|f| (2, f)));
+        .map(|f| (Role::Pools, f))
+        .chain(workload_files.iter().map(|f| (Role::Workloads, f)))
+        .chain(node_files.iter().map(|f| (Role::Nodes, f)));
     for (role, file) in all {
-        let docs = parse_documents(file, &mut errors);
+        let docs = parse_documents(file, &mut reader.errors);
         for doc in &docs {
-            for (prefix, mut value) in objects(doc) {
-                stringify_quantities(&mut value, false);
-                let kind = kind_of(&value).to_owned();
-                let mut ctx = Ctx {
-                    file: &file.name,
-                    doc,
-                    errors: &mut errors,
-                };
-                match kind.as_str() {
-                    // Pool inputs may be a whole rendered bundle: only pools count there.
-                    "NodePool" | "EC2NodeClass" if role != 0 => warnings.push(format!(
-                        "{}: {kind} {} is not read from here; pass NodePools and EC2NodeClasses as pools",
-                        file.name,
-                        value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
-                    )),
-                    "NodeOverlay" if role == 0 => {
-                        node_overlays.extend(overlays::read_overlay(&mut ctx, &prefix, &value, &mut warnings));
-                    }
-                    _ if role == 0 && kind != "NodePool" && kind != "EC2NodeClass" => {}
-                    "Node" if role != 2 => warnings.push(format!(
-                        "{}: Node {} is not read from here; pass existing nodes with --nodes",
-                        file.name,
-                        value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
-                    )),
-                    "NodePool" => {
-                        if let Some((pool, class)) = pools::read_pool(&mut ctx, &prefix, value) {
-                            pools.push((pool, class, file.name.clone(), doc.start));
-                        }
-                    }
-                    "EC2NodeClass" => {
-                        if let Some((name, o)) = pools::read_node_class(&mut ctx, &prefix, value) {
-                            classes.insert(name, o);
-                        }
-                    }
-                    "Node" => nodes.extend(nodes::read_node(&mut ctx, &prefix, value, &mut warnings)),
-                    "Deployment" | "StatefulSet" | "ReplicaSet" | "Job" | "Pod" | "DaemonSet" => {
-                        workloads.extend(workloads::read_workload(&mut ctx, &prefix, value, &mut warnings));
-                    }
-                    "" if role != 0 => ctx.err(&join(&prefix, "kind"), "missing kind"),
-                    other if role == 1 => warnings.push(format!("{}: {other} is not a workload the planner reads; skipped", file.name)),
-                    _ => {}
-                }
+            for (prefix, value) in objects(doc) {
+                reader.object(role, &file.name, doc, &prefix, value);
             }
         }
     }
+    reader.finish(opts, catalog)
+}
 
-    workloads::apply_scale(&opts.scale, &mut workloads, &mut errors);
-    let mut out_pools = pools::attach_classes(pools, &classes, &mut errors, &mut warnings);
-    overlays::apply(node_overlays, &mut out_pools, &catalog, &mut warnings);
-    let Some((pods, daemonsets, bound)) = workloads::expand(workloads, &mut errors) else {
-        return Err(errors);
+/// Objects already parsed, one input "file" each as a `List` of them: what a manifest file
+/// holding `{"kind": "List", "items": [...]}` would give, without its text. Errors name the
+/// file and the item's field path (`items[3].spec...`); their positions are the file's start.
+pub struct ObjectList<I> {
+    pub name: String,
+    pub items: I,
+}
+
+/// [`load_with_catalog`] from parsed objects instead of text: the oracle's scenario files
+/// (JSON, items read one at a time) skip the YAML loader and its size limits.
+pub fn load_objects_with_catalog<P, W, N>(
+    pools: ObjectList<P>,
+    workloads: ObjectList<W>,
+    nodes: Option<ObjectList<N>>,
+    opts: &LoadOptions,
+    mut catalog: Catalog,
+) -> Result<Input, Vec<InputError>>
+where
+    P: IntoIterator<Item = Value>,
+    W: IntoIterator<Item = Value>,
+    N: IntoIterator<Item = Value>,
+{
+    let mut reader = Reader::new(opts, &mut catalog);
+    // Positions are not kept for parsed objects: every error is at the list's start.
+    let doc = Document {
+        value: Value::Null,
+        positions: BTreeMap::new(),
+        key_positions: BTreeMap::new(),
+        start: Pos { line: 1, col: 1 },
+        scalar_spans: BTreeMap::new(),
     };
-    nodes::check_unique(&nodes, &mut errors);
-    if !errors.is_empty() {
-        return Err(errors);
+    let mut read = |role: Role, name: &str, items: &mut dyn Iterator<Item = Value>| {
+        for (i, value) in items.enumerate() {
+            reader.object(role, name, &doc, &format!("items[{i}]"), value);
+        }
+    };
+    read(Role::Pools, &pools.name, &mut pools.items.into_iter());
+    read(
+        Role::Workloads,
+        &workloads.name,
+        &mut workloads.items.into_iter(),
+    );
+    if let Some(nodes) = nodes {
+        read(Role::Nodes, &nodes.name, &mut nodes.items.into_iter());
     }
-    Ok(Input {
-        pools: out_pools,
-        pods,
-        daemonsets,
-        nodes,
-        bound,
-        catalog,
-        options: opts.options.clone(),
-        warnings,
-    })
+    reader.finish(opts, catalog)
+}
+
+/// Which input an object came from: pools, workloads or existing nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Pools,
+    Workloads,
+    Nodes,
+}
+
+/// What the objects read so far add up to.
+#[derive(Default)]
+struct Reader {
+    errors: Vec<InputError>,
+    warnings: Vec<String>,
+    pools: Vec<(Pool, String, String, Pos)>,
+    classes: BTreeMap<String, KubeletOverrides>,
+    workloads: Vec<Workload>,
+    nodes: Vec<Node>,
+    node_overlays: Vec<overlays::Overlay>,
+}
+
+impl Reader {
+    /// Reads one object of `file` (at `prefix` in `doc`) by its kind.
+    fn object(&mut self, role: Role, file: &str, doc: &Document, prefix: &str, mut value: Value) {
+        stringify_quantities(&mut value, false);
+        let kind = kind_of(&value).to_owned();
+        let warnings = &mut self.warnings;
+        let mut ctx = Ctx {
+            file,
+            doc,
+            errors: &mut self.errors,
+        };
+        let name = |value: &Value| {
+            value
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        match kind.as_str() {
+            // Pool inputs may be a whole rendered bundle: only pools count there.
+            "NodePool" | "EC2NodeClass" if role != Role::Pools => warnings.push(format!(
+                "{file}: {kind} {} is not read from here; pass NodePools and EC2NodeClasses as pools",
+                name(&value)
+            )),
+            "NodeOverlay" if role == Role::Pools => {
+                self.node_overlays
+                    .extend(overlays::read_overlay(&mut ctx, prefix, &value, warnings));
+            }
+            _ if role == Role::Pools && kind != "NodePool" && kind != "EC2NodeClass" => {}
+            "Node" if role != Role::Nodes => warnings.push(format!(
+                "{file}: Node {} is not read from here; pass existing nodes with --nodes",
+                name(&value)
+            )),
+            "NodePool" => {
+                if let Some((pool, class)) = pools::read_pool(&mut ctx, prefix, value) {
+                    self.pools.push((pool, class, file.to_owned(), doc.start));
+                }
+            }
+            "EC2NodeClass" => {
+                if let Some((name, o)) = pools::read_node_class(&mut ctx, prefix, value) {
+                    self.classes.insert(name, o);
+                }
+            }
+            "Node" => self
+                .nodes
+                .extend(nodes::read_node(&mut ctx, prefix, value, warnings)),
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "Job" | "Pod" | "DaemonSet" => {
+                self.workloads
+                    .extend(workloads::read_workload(&mut ctx, prefix, value, warnings));
+            }
+            "" if role != Role::Pools => ctx.err(&join(prefix, "kind"), "missing kind"),
+            other if role == Role::Workloads => warnings.push(format!(
+                "{file}: {other} is not a workload the planner reads; skipped"
+            )),
+            _ => {}
+        }
+    }
+
+    /// A reader that starts with `opts`' capacity reservations added to `catalog`.
+    fn new(opts: &LoadOptions, catalog: &mut Catalog) -> Reader {
+        let mut reader = Reader::default();
+        for file in &opts.reservations {
+            let warnings = reservations::add_reservations(file, catalog, &mut reader.errors);
+            reader.warnings.extend(warnings);
+        }
+        reader
+    }
+
+    fn finish(self, opts: &LoadOptions, catalog: Catalog) -> Result<Input, Vec<InputError>> {
+        let Reader {
+            mut errors,
+            mut warnings,
+            pools,
+            classes,
+            mut workloads,
+            nodes,
+            node_overlays,
+        } = self;
+        workloads::apply_scale(&opts.scale, &mut workloads, &mut errors);
+        let mut out_pools = pools::attach_classes(pools, &classes, &mut errors, &mut warnings);
+        overlays::apply(node_overlays, &mut out_pools, &catalog, &mut warnings);
+        let Some((pods, daemonsets, bound)) = workloads::expand(workloads, &mut errors) else {
+            return Err(errors);
+        };
+        nodes::check_unique(&nodes, &mut errors);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Input {
+            pools: out_pools,
+            pods,
+            daemonsets,
+            nodes,
+            bound,
+            catalog,
+            options: opts.options.clone(),
+            warnings,
+        })
+    }
 }

@@ -290,6 +290,7 @@ impl Scheduler<'_> {
         if old == 0 {
             self.order.push(c);
         }
+        let mut moved = None;
         if self.claims.len() > GO_SORT_EXACT {
             // What a stable sort by pod count does after this one change: a claim that gained
             // a pod moves to the front of its new count's block; a new one to the end of the
@@ -303,23 +304,32 @@ impl Scheduler<'_> {
                 self.order.partition_point(|&x| claims[x].pods.len() <= old)
             };
             self.order.insert(at, c);
+            moved = Some((pos, at));
         }
+        // Borrowed, not cloned: the claim, its pool and the topology are separate fields.
         let claim = &self.claims[c];
         debug_assert_eq!((claim.host, claim.pool), (host, pool));
-        let taints = self.pools[pool].taints.clone();
-        let reqs = claim.reqs.clone();
+        let taints = &self.pools[pool].taints;
+        let topology = &mut self.topology;
         let singles: Vec<u32> = self
             .topo_keys
             .iter()
             .map(|k| {
-                reqs.get_ref(k)
+                claim
+                    .reqs
+                    .get_ref(k)
                     .and_then(|r| r.single_value())
-                    .map_or(u32::MAX, |d| self.topology.domain_id(d))
+                    .map_or(u32::MAX, |d| topology.domain_id(d))
             })
             .collect();
-        self.claims[c].singles = singles;
-        self.topology.register_host(host);
-        self.topology.record(pid, pod, &taints, &reqs);
+        self.screens
+            .set(c, host, &claim.requests, &claim.max_net, &singles);
+        topology.register_host(host);
+        topology.record(pid, pod, taints, &claim.reqs);
+        let topology = &self.topology;
+        self.screens.follow(old == 0, moved, |inverse, g| {
+            topology.host_count(inverse, g, host) > 0
+        });
         self.placements[pid] = Some(Placement::Claim(c));
     }
 
@@ -351,7 +361,6 @@ impl Scheduler<'_> {
             max_net,
             pods: Vec::new(),
             host_ports: Vec::new(),
-            singles: vec![u32::MAX; self.topo_keys.len()],
             reserved: Vec::new(),
         };
         self.claims.push(claim);

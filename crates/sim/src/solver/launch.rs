@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kk_catalog::{CapacityType, Catalog, InstanceType};
+use kk_catalog::{CapacityType, Catalog, InstanceType, Offering};
 
 use super::{ClaimResult, Options};
 use crate::labels;
@@ -84,40 +84,55 @@ pub struct Launch {
     pub candidates: usize,
 }
 
-fn offers<'c>(
-    it: &'c InstanceType,
-    filter: &'c OfferingFilter,
-    ct: Option<CapacityType>,
-) -> impl Iterator<Item = &'c kk_catalog::Offering> + 'c {
-    it.offerings.iter().filter(move |o| {
-        o.launchable() && filter.allows(o) && ct.is_none_or(|c| c == o.capacity_type)
-    })
-}
-
 pub fn launch(
     catalog: &Catalog,
     claim: &ClaimResult,
     alloc: impl Fn(usize) -> BTreeMap<String, i64>,
     options: &Options,
 ) -> Option<Launch> {
+    let fits = |ci: usize| {
+        let a = alloc(ci);
+        claim
+            .requests
+            .iter()
+            .all(|(k, v)| *v <= a.get(k).copied().unwrap_or(0))
+    };
+    let filter = OfferingFilter::new(&claim.requirements);
+    let types = catalog.types();
+    let offers = |ci: usize| {
+        types[ci]
+            .offerings
+            .iter()
+            .filter(|o| o.launchable() && filter.allows(o))
+    };
+    launch_fitting(catalog, claim, fits, offers, options)
+}
+
+/// [`launch`] given whether the claim's requests fit each type's allocatable (`fits(ci)`) and
+/// each type's launchable offerings that the claim's requirements allow, in the type's order
+/// (`offers(ci)`): for callers that keep both across the claims of a plan.
+pub fn launch_fitting<'c, I>(
+    catalog: &'c Catalog,
+    claim: &ClaimResult,
+    mut fits: impl FnMut(usize) -> bool,
+    offers: impl Fn(usize) -> I,
+    options: &Options,
+) -> Option<Launch>
+where
+    I: Iterator<Item = &'c Offering>,
+{
     let reqs = &claim.requirements;
     let cr = reqs.get(labels::CAPACITY_TYPE);
-    let filter = OfferingFilter::new(reqs);
     let types = catalog.types();
-    let compatible_offer = |ci: usize, ct: Option<CapacityType>| offers(&types[ci], &filter, ct);
+    let compatible_offer = |ci: usize, ct: Option<CapacityType>| {
+        offers(ci).filter(move |o| ct.is_none_or(|c| c == o.capacity_type))
+    };
     // CompatibleAvailableFilter.
     let mut kept: Vec<usize> = claim
         .types
         .iter()
         .copied()
-        .filter(|&ci| {
-            let a = alloc(ci);
-            claim
-                .requests
-                .iter()
-                .all(|(k, v)| *v <= a.get(k).copied().unwrap_or(0))
-                && compatible_offer(ci, None).next().is_some()
-        })
+        .filter(|&ci| fits(ci) && compatible_offer(ci, None).next().is_some())
         .collect();
     let min_values = reqs.has_min_values();
     // ExoticInstanceTypeFilter: drop metal and GPU/accelerator types when others remain.

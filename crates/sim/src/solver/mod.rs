@@ -39,12 +39,14 @@ mod prepare;
 mod queue;
 mod relax;
 mod reserve;
+mod screen;
 mod update;
 
 use bits::Bits;
 use limits::Limits;
+use screen::Screens;
 
-pub use launch::{Launch, instance_requirements, launch};
+pub use launch::{Launch, instance_requirements, launch, launch_fitting};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
 pub use prepare::Prepared;
 pub use update::NodeChange;
@@ -126,9 +128,6 @@ struct Claim {
     max_net: Res,
     pods: Vec<usize>,
     host_ports: Vec<(i32, String)>,
-    /// Per topology key (`Scheduler::topo_keys`): the interned domain when the claim is
-    /// narrowed to exactly one, else `u32::MAX`.
-    singles: Vec<u32>,
     /// The capacity reservations the claim holds an instance of (`reservedOfferings`).
     reserved: Vec<Arc<str>>,
 }
@@ -165,6 +164,8 @@ pub(crate) struct Scheduler<'a> {
     /// pod tries them (reproduced exactly by [`crate::gosort`] up to `GO_SORT_EXACT` claims;
     /// beyond that, as a stable sort, which keeps large plans fast).
     order: Vec<usize>,
+    /// What the scan over `order` reads of each claim first.
+    screens: Screens,
     existing: Vec<ExistingNode>,
     /// Each existing node's room (what its pods leave), side by side in one vector
     /// (`index.len()` slots a node): most pods fit on few of a thousand nodes, and screening

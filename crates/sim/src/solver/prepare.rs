@@ -458,6 +458,7 @@ impl<'a> Prepared<'a> {
             pools: self.pools.clone(),
             claims: Vec::new(),
             order: Vec::new(),
+            screens: super::Screens::new(self.index.len(), self.topo_keys.len()),
             existing: Vec::with_capacity(self.existing.len()),
             rooms: Vec::with_capacity(self.existing.len() * self.index.len()),
             topology,

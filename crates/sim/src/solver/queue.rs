@@ -159,16 +159,42 @@ impl Scheduler<'_> {
             .filter_map(|k| self.topo_keys.iter().position(|t| t == k))
             .collect();
         let mut memo: Vec<(usize, u32, bool)> = Vec::new();
-        for &c in &order {
-            let count = self.claims[c].pods.len();
+        let requests = self.data[pid].requests.clone();
+        // With the order kept one move at a time, a pod that may join no host a hostname
+        // group counts (highest allowed count 0) passes over those claims' positions
+        // unscreened: `host_ok` would refuse each of them.
+        let free = if !traced && self.claims.len() > GO_SORT_EXACT {
+            host_plan
+                .iter()
+                .find(|&&(_, _, limit)| limit <= 0)
+                .map(|&(inverse, g, _)| {
+                    let topology = &self.topology;
+                    self.screens.occupancy(inverse, g, &order, |host| {
+                        topology.host_count(inverse, g, host) > 0
+                    })
+                })
+        } else {
+            None
+        };
+        let mut next = 0;
+        while next < order.len() {
+            if let Some(i) = free {
+                match self.screens.next_free(i, next) {
+                    Some(position) => next = position,
+                    None => break,
+                }
+            }
+            let c = order[next];
+            next += 1;
             if !traced {
-                let claim = &self.claims[c];
-                if !self.topology.host_ok(&host_plan, claim.host) {
+                // The checks below are necessary conditions of `claim_can_add` for an untraced
+                // pod (whose rejections nobody reads), cheapest and most selective first.
+                if !self.topology.host_ok(&host_plan, self.screens.host(c)) {
                     continue;
                 }
                 let mut skip = false;
                 for &ki in &keys {
-                    let d = claim.singles[ki];
+                    let d = self.screens.single(c, ki);
                     if d == u32::MAX {
                         continue;
                     }
@@ -192,7 +218,7 @@ impl Scheduler<'_> {
                         break;
                     }
                 }
-                if skip {
+                if skip || !self.screens.has_room(c, &requests) {
                     continue;
                 }
             }
@@ -208,8 +234,10 @@ impl Scheduler<'_> {
                 );
             if traced {
                 let target = format!(
-                    "in-flight NodeClaim {} (nodepool {}, {count} pods)",
-                    self.claims[c].hostname, self.pools[self.claims[c].pool].name
+                    "in-flight NodeClaim {} (nodepool {}, {} pods)",
+                    self.claims[c].hostname,
+                    self.pools[self.claims[c].pool].name,
+                    self.claims[c].pods.len()
                 );
                 let outcome = match &r {
                     Ok(_) => Ok(()),

@@ -427,6 +427,16 @@ impl Topology {
         plan
     }
 
+    /// Pods group `g` (`inverse`: of the inverse anti-affinity groups) counts on host `host`.
+    pub fn host_count(&self, inverse: bool, g: usize, host: u32) -> i32 {
+        let group = if inverse {
+            &self.inverse[g]
+        } else {
+            &self.groups[g]
+        };
+        group.count(host).unwrap_or(0)
+    }
+
     pub fn host_ok(&self, plan: &[(bool, usize, i64)], host: u32) -> bool {
         plan.iter().all(|&(inverse, g, limit)| {
             let group = if inverse {

@@ -21,11 +21,15 @@ use kk_catalog::{
     Reservation, Resources,
 };
 use kk_model::quantity::Quantity;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::input::{LoadOptions, SourceFile, load_with_catalog};
-use crate::plan::{build, simulate};
-use crate::solver::{ClaimResult, Input};
+use crate::input::{LoadOptions, ObjectList, load_objects_with_catalog};
+
+mod result;
+
+use crate::solver::Input;
+pub use result::{Report, report, result};
 
 /// Why a scenario cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -262,8 +266,7 @@ pub fn catalog(scenario: &Value) -> Result<Catalog, ScenarioError> {
     Ok(catalog)
 }
 
-fn with_kind(v: &Value, api: &str, kind: &str) -> Value {
-    let mut v = v.clone();
+fn with_kind(mut v: Value, api: &str, kind: &str) -> Value {
     if let Some(m) = v.as_object_mut() {
         m.entry("apiVersion").or_insert_with(|| json!(api));
         m.entry("kind").or_insert_with(|| json!(kind));
@@ -271,14 +274,55 @@ fn with_kind(v: &Value, api: &str, kind: &str) -> Value {
     v
 }
 
-fn list(items: Vec<Value>) -> String {
-    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+/// The scenario's top-level fields, unparsed: the pods are parsed one at a time as the reader
+/// takes them, so 100,000 of them are never all held as JSON values at once.
+#[derive(serde::Deserialize)]
+struct RawScenario<'a> {
+    #[serde(borrow, rename = "instanceTypes")]
+    instance_types: Option<&'a RawValue>,
+    #[serde(borrow, rename = "nodePools")]
+    node_pools: Option<&'a RawValue>,
+    #[serde(borrow, rename = "nodeOverlays")]
+    node_overlays: Option<&'a RawValue>,
+    #[serde(borrow, rename = "daemonSets")]
+    daemon_sets: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pods: Option<&'a RawValue>,
+    #[serde(borrow, rename = "existingNodes")]
+    existing_nodes: Option<&'a RawValue>,
+}
+
+/// A JSON text already checked by the parser, as a value.
+fn parsed(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+}
+
+/// The items of an array field; nothing when the field is missing or not an array.
+fn raw_items(raw: Option<&RawValue>) -> Vec<&RawValue> {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or_default()
 }
 
 /// Reads a scenario (its JSON text) into the simulator's input.
 pub fn read(text: &str) -> Result<Input, ScenarioError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| ScenarioError::Json(e.to_string()))?;
-    read_value(&v)
+    let Ok(raw) = serde_json::from_str::<RawScenario>(text) else {
+        // Not an object of the fields above (or not JSON): read as a value, as it always was.
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| ScenarioError::Json(e.to_string()))?;
+        return read_value(&v);
+    };
+    let array = |r: Option<&RawValue>| raw_items(r).into_iter().map(parsed).collect();
+    let catalog =
+        catalog(&json!({ "instanceTypes": raw.instance_types.map_or(Value::Null, parsed) }))?;
+    let existing = raw.existing_nodes.map_or(Value::Null, parsed);
+    assemble(
+        catalog,
+        array(raw.node_pools),
+        array(raw.node_overlays),
+        array(raw.daemon_sets),
+        raw_items(raw.pods).into_iter().map(parsed),
+        existing.as_array().map_or(&[][..], Vec::as_slice),
+    )
 }
 
 /// [`read`] from a parsed value.
@@ -290,149 +334,83 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
             .unwrap_or_default()
     };
     let catalog = catalog(v)?;
-    // NodeOverlays ride with the pools, as in a rendered bundle.
-    let pools: Vec<Value> = arr("nodePools")
-        .iter()
+    let existing = arr("existingNodes");
+    assemble(
+        catalog,
+        arr("nodePools"),
+        arr("nodeOverlays"),
+        arr("daemonSets"),
+        arr("pods").into_iter(),
+        &existing,
+    )
+}
+
+/// The scenario's objects through the manifest reader: pools and NodeOverlays as one list (as
+/// in a rendered bundle), DaemonSets, pods and the existing nodes' pods as another, nodes as a
+/// third.
+fn assemble(
+    catalog: Catalog,
+    pools: Vec<Value>,
+    overlays: Vec<Value>,
+    daemonsets: Vec<Value>,
+    pods: impl Iterator<Item = Value>,
+    existing: &[Value],
+) -> Result<Input, ScenarioError> {
+    let pools: Vec<Value> = pools
+        .into_iter()
         .map(|p| with_kind(p, "karpenter.sh/v1", "NodePool"))
         .chain(
-            arr("nodeOverlays")
-                .iter()
+            overlays
+                .into_iter()
                 .map(|o| with_kind(o, "karpenter.sh/v1alpha1", "NodeOverlay")),
         )
         .collect();
-    let mut work: Vec<Value> = Vec::new();
-    for ds in arr("daemonSets") {
-        work.push(with_kind(&ds, "apps/v1", "DaemonSet"));
-    }
-    for p in arr("pods") {
-        work.push(with_kind(&p, "v1", "Pod"));
-    }
     let mut nodes: Vec<Value> = Vec::new();
-    for e in arr("existingNodes") {
+    let mut bound: Vec<Value> = Vec::new();
+    for e in existing {
         let Some(node) = e.get("node") else { continue };
         let name = node
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        nodes.push(with_kind(node, "v1", "Node"));
+        nodes.push(with_kind(node.clone(), "v1", "Node"));
         for p in e
             .get("pods")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            let mut p = with_kind(p, "v1", "Pod");
+            let mut p = with_kind(p.clone(), "v1", "Pod");
             if let Some(spec) = p.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.insert("nodeName".into(), json!(name));
             }
             // A pod with a DaemonSet ownerReference counts as that DaemonSet's pod on the node
             // (the reader matches it to the DaemonSet).
-            work.push(p);
+            bound.push(p);
         }
     }
-    let files_p = [SourceFile::new("nodePools.json", list(pools))];
-    let files_w = [SourceFile::new("pods.json", list(work))];
-    let files_n = if nodes.is_empty() {
-        Vec::new()
-    } else {
-        vec![SourceFile::new("nodes.json", list(nodes))]
-    };
-    load_with_catalog(
-        &files_p,
-        &files_w,
-        &files_n,
+    let work = daemonsets
+        .into_iter()
+        .map(|d| with_kind(d, "apps/v1", "DaemonSet"))
+        .chain(pods.map(|p| with_kind(p, "v1", "Pod")))
+        .chain(bound);
+    let nodes = (!nodes.is_empty()).then(|| ObjectList {
+        name: "nodes.json".into(),
+        items: nodes,
+    });
+    load_objects_with_catalog(
+        ObjectList {
+            name: "nodePools.json".into(),
+            items: pools,
+        },
+        ObjectList {
+            name: "pods.json".into(),
+            items: work,
+        },
+        nodes,
         &LoadOptions::default(),
         catalog,
     )
     .map_err(ScenarioError::Load)
-}
-
-/// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
-/// (capacity type, zone, price), price ties broken by capacity type, then zone, by name — the
-/// oracle's `capacityType`/`zone`/`price` of a claim (docs/fidelity.md, "The result format").
-fn cheapest_offering(
-    catalog: &Catalog,
-    claim: &ClaimResult,
-    ci: usize,
-) -> Option<(&'static str, String, f64)> {
-    let filter = crate::offerings::OfferingFilter::new(&claim.requirements);
-    catalog.types()[ci]
-        .offerings
-        .iter()
-        .filter(|o| o.launchable() && filter.allows(o))
-        .map(|o| (o.capacity_type.as_str(), o.zone.to_string(), o.price))
-        .min_by(|a, b| {
-            a.2.total_cmp(&b.2)
-                .then_with(|| a.0.cmp(b.0))
-                .then_with(|| a.1.cmp(&b.1))
-        })
-}
-
-/// Solves `input` and renders the plan in the oracle's result shape (`nodeClaims`,
-/// `existingNodes`, `pending`), node claims sorted by their first pod as the oracle sorts them.
-///
-/// A claim's `cheapestInstanceType`, `capacityType`, `zone` and `price` are what the oracle
-/// reports: the first option (by the price of its cheapest compatible available offering) and
-/// that offering. They describe the claim, not a launch: which type and capacity type the AWS
-/// provider launches is its own step (CreateFleet with the price-capacity-optimized strategy,
-/// spot whenever the claim allows spot and a spot offering remains, after its exotic-type and
-/// spot-price filters), which the oracle's fake cloud provider does not have. kk-sim's launch
-/// choice is rendered as `launchInstanceType`, `launchCapacityType`, `launchZone` and
-/// `launchPrice`, not compared.
-pub fn result(scenario: &str, input: &Input) -> Value {
-    let outcome = simulate(input);
-    let plan = build(input, &outcome);
-    let catalog = &input.catalog;
-    let mut claims: Vec<Value> = plan
-        .node_claims
-        .iter()
-        .zip(&outcome.claims)
-        .map(|(c, raw)| {
-            let mut pods = c.pods.clone();
-            pods.sort();
-            let first = raw.types.first().copied();
-            let (ct, zone, price) = first
-                .and_then(|ci| cheapest_offering(catalog, raw, ci))
-                .map_or((String::new(), String::new(), 0.0), |(ct, z, p)| {
-                    (ct.to_owned(), z, p)
-                });
-            json!({
-                "nodePool": c.node_pool,
-                "instanceTypeOptions": c.instance_type_options,
-                "cheapestInstanceType": c.instance_type_options.first().unwrap_or(&c.instance_type),
-                "capacityType": ct,
-                "zone": zone,
-                "price": price,
-                "launchInstanceType": c.instance_type,
-                "launchCapacityType": c.capacity_type,
-                "launchZone": c.zone,
-                "launchPrice": c.price_per_hour,
-                "requests": c.requests,
-                "pods": pods,
-            })
-        })
-        .collect();
-    claims.sort_by(|a, b| a["pods"][0].as_str().cmp(&b["pods"][0].as_str()));
-    let existing: Vec<Value> = plan
-        .existing_nodes
-        .iter()
-        .map(|e| {
-            let mut pods = e.pods.clone();
-            pods.sort();
-            json!({"name": e.node, "pods": pods})
-        })
-        .collect();
-    let mut pending: Vec<Value> = plan
-        .pending
-        .iter()
-        .map(|p| json!({"pod": p.pod, "error": p.reason}))
-        .collect();
-    pending.sort_by(|a, b| a["pod"].as_str().cmp(&b["pod"].as_str()));
-    json!({
-        "scenario": scenario,
-        "nodeClaims": claims,
-        "existingNodes": existing,
-        "pending": pending,
-    })
 }
