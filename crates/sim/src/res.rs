@@ -59,10 +59,15 @@ impl ResIndex {
     }
 
     pub fn from_map(&self, m: &BTreeMap<String, i64>) -> Res {
-        self.names
-            .iter()
-            .map(|n| m.get(n).copied().unwrap_or(0))
-            .collect()
+        // By the map's entries (a pod's are a few; names unknown here are left out): looking
+        // every slot's name up in the map was most of the cost of reading a probe's pods.
+        let mut r = self.zero();
+        for (name, value) in m {
+            if let Some(slot) = self.slot(name) {
+                r[slot] = *value;
+            }
+        }
+        r
     }
 
     /// Non-zero entries by name.

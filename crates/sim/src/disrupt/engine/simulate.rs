@@ -180,8 +180,10 @@ impl Engine<'_> {
         for (&pi, reason) in outcome.errors.range(first_moved..) {
             failed.push(format!("{}: {reason}", pods[pi].key()));
         }
-        let mut moves = Vec::new();
-        for (pi, pod) in pods.iter().enumerate().skip(first_moved) {
+        // The probe's pods move into the result (a pod is large: growing the vector and
+        // copying each pod once more showed in the profile).
+        let mut moves = Vec::with_capacity(pods.len() - first_moved);
+        for (pi, pod) in pods.into_iter().enumerate().skip(first_moved) {
             match outcome.placements[pi] {
                 Some(Placement::Existing(ni)) => {
                     let name = &kept[&ni];
@@ -191,10 +193,10 @@ impl Engine<'_> {
                             pod.key(),
                         ));
                     }
-                    moves.push((pod.clone(), Dest::Existing(name.clone())));
+                    moves.push((pod, Dest::Existing(name.clone())));
                 }
                 Some(Placement::Claim(ci)) => {
-                    moves.push((pod.clone(), Dest::Claim(ci)));
+                    moves.push((pod, Dest::Claim(ci)));
                 }
                 None => {}
             }
