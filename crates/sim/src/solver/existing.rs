@@ -36,7 +36,6 @@ pub(super) struct ExistingTemplate {
     pub node: ExistingNode,
     /// What its bound pods and DaemonSets leave of its allocatable.
     pub remaining: Res,
-    pub hostname: String,
     /// The prepared NodePool it uses up, and by how much (what it advertises).
     pub charge: Option<(usize, Res)>,
 }
@@ -166,7 +165,6 @@ pub(super) fn existing_template(
             host_ports,
         },
         remaining,
-        hostname,
         charge,
     }
 }
@@ -178,7 +176,7 @@ impl Scheduler<'_> {
             if gone.get(t.node.node).copied().unwrap_or(false) {
                 continue;
             }
-            let host = self.topology.domain_id(&t.hostname);
+            let host = self.topology.existing_host(t.node.node);
             self.topology.register_host(host);
             if let Some((pool, cap)) = &t.charge {
                 self.pools[*pool].limits.charge_node(cap);

@@ -42,7 +42,7 @@ impl Prepared<'_> {
         let Ok(cluster) = Arc::try_unwrap(cluster) else {
             return false;
         };
-        let (old_cluster_nodes, old_bound) = cluster.into_parts();
+        let (old_cluster_nodes, old_bound, hosts) = cluster.into_parts();
         let input = self.input.to_mut();
         let old_nodes = std::mem::take(&mut input.nodes);
         let mut by_name: HashMap<String, Option<NodeWithPods>> =
@@ -160,7 +160,7 @@ impl Prepared<'_> {
             templates.insert(at, template);
         }
         self.existing = templates;
-        self.cluster = Arc::new(Cluster::from_parts(cluster_nodes, bound));
+        self.cluster = Arc::new(Cluster::from_parts(cluster_nodes, bound, hosts));
         true
     }
 }

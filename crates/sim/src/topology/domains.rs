@@ -34,7 +34,7 @@ impl DomainUniverse {
 }
 
 /// Interned domain names.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Interner {
     /// Shared with `ids`: one allocation per name (a probe interns a thousand hostnames).
     pub(super) names: Vec<Arc<str>>,
@@ -59,6 +59,12 @@ impl Interner {
         self.names.push(shared.clone());
         self.ids.insert(shared, id);
         id
+    }
+
+    /// Room for `n` more names in the list (the map keeps the capacity it was made with
+    /// when cloned).
+    pub(super) fn reserve(&mut self, n: usize) {
+        self.names.reserve(n);
     }
 
     pub(super) fn get(&self, name: &str) -> Option<u32> {

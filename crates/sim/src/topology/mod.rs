@@ -71,35 +71,64 @@ pub struct Cluster {
     /// The bound pods with required anti-affinity (by index into `bound`), which every
     /// simulation starts from: found once, not once per simulation.
     anti: Vec<usize>,
+    /// Every node's hostname (its hostname label, else its name) interned, which each
+    /// simulation's interner starts as a copy of: a probe used to hash and allocate a
+    /// thousand hostnames.
+    hosts: Interner,
+    /// Each node's id in `hosts`.
+    host_ids: Vec<u32>,
 }
 
 impl Cluster {
     pub fn new(nodes: &[Node], bound: Vec<BoundPod>) -> Cluster {
-        let nodes = nodes
+        let nodes: Vec<_> = nodes
             .iter()
             .map(|n| (n.clone(), Requirements::from_labels(&n.labels)))
             .collect();
-        Cluster::from_parts(nodes, bound)
+        let hosts = Hosts(Interner::with_capacity(2 * nodes.len() + 64));
+        Cluster::from_parts(nodes, bound, hosts)
     }
 
-    /// A cluster from nodes whose labels are already read as requirements.
-    pub fn from_parts(nodes: Vec<(Node, Requirements)>, bound: Vec<BoundPod>) -> Cluster {
+    /// A cluster from nodes whose labels are already read as requirements, interning their
+    /// hostnames into `hosts` (a changed cluster's: most are there already).
+    pub fn from_parts(
+        nodes: Vec<(Node, Requirements)>,
+        bound: Vec<BoundPod>,
+        hosts: Hosts,
+    ) -> Cluster {
         let anti = (0..bound.len())
             .filter(|&i| !bound[i].pod.anti_affinity.is_empty())
             .collect();
-        Cluster { nodes, bound, anti }
+        let Hosts(mut hosts) = hosts;
+        let host_ids = nodes
+            .iter()
+            .map(|(n, _)| hosts.id(n.labels.get(HOSTNAME).unwrap_or(&n.name)))
+            .collect();
+        Cluster {
+            nodes,
+            bound,
+            anti,
+            hosts,
+            host_ids,
+        }
     }
 
-    /// The nodes (with their labels as requirements) and the bound pods, to change and put
-    /// back together with [`Cluster::from_parts`].
-    pub fn into_parts(self) -> (Vec<(Node, Requirements)>, Vec<BoundPod>) {
-        (self.nodes, self.bound)
+    /// The nodes (with their labels as requirements), the bound pods and the interned
+    /// hostnames, to change and put back together with [`Cluster::from_parts`].
+    pub fn into_parts(self) -> (Vec<(Node, Requirements)>, Vec<BoundPod>, Hosts) {
+        (self.nodes, self.bound, Hosts(self.hosts))
     }
 
     pub fn bound(&self) -> &[BoundPod] {
         &self.bound
     }
 }
+
+/// A cluster's interned hostnames, handed on to the cluster a change makes of it: a gone
+/// node's name stays (an id no group registers unless the name comes back), so that a
+/// change interns only the names it brings instead of a thousand afresh.
+#[derive(Debug)]
+pub struct Hosts(Interner);
 
 pub struct Topology {
     interner: Interner,
@@ -138,9 +167,12 @@ impl Topology {
         pod_count: usize,
         respect_preferences: bool,
     ) -> Topology {
+        let mut interner = cluster.hosts.clone();
+        interner.reserve(cluster.nodes.len() + 64);
         let mut t = Topology {
-            // Every existing node's hostname, and the domains the groups bring.
-            interner: Interner::with_capacity(2 * cluster.nodes.len() + 64),
+            // Every existing node's hostname (interned once per cluster), and the domains the
+            // groups bring.
+            interner,
             universe,
             cluster: cluster.clone(),
             gone,
@@ -173,6 +205,11 @@ impl Topology {
 
     fn is_gone(&self, node: usize) -> bool {
         self.gone.get(node).copied().unwrap_or(false)
+    }
+
+    /// The interned hostname of the cluster's node at `node` (an index into its nodes).
+    pub fn existing_host(&self, node: usize) -> u32 {
+        self.cluster.host_ids[node]
     }
 
     /// Interns a domain name (e.g. a new NodeClaim's hostname).
