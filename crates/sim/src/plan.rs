@@ -82,6 +82,8 @@ pub(crate) struct Allocatable<'a> {
     /// Per offering filter: each catalog type's launchable offerings it allows (indices, in
     /// the type's order).
     offers: HashMap<OfferingFilter, Vec<Vec<usize>>>,
+    /// Per catalog type: whether it is exotic (metal, GPU or accelerator).
+    exotic: Vec<bool>,
 }
 
 /// The catalog types' allocatable in one NodePool: the resource names any type advertises,
@@ -100,6 +102,12 @@ impl<'a> Allocatable<'a> {
             input,
             by_pool: vec![PoolAllocatable::default(); input.pools.len()],
             offers: HashMap::new(),
+            exotic: input
+                .catalog
+                .types()
+                .iter()
+                .map(crate::solver::is_exotic)
+                .collect(),
         }
     }
 
@@ -185,7 +193,8 @@ pub(crate) fn claim_launch<'i>(
     let wanted = cache.wanted(claim.pool_index, &claim.requests);
     let fits = |ci: usize| cache.fits(claim.pool_index, ci, &wanted);
     let offers = |ci: usize| allowed[ci].iter().map(move |&i| &types[ci].offerings[i]);
-    match launch_fitting(catalog, claim, fits, offers, &input.options) {
+    let exotic = |ci: usize| cache.exotic[ci];
+    match launch_fitting(claim, fits, offers, exotic, &input.options) {
         Some(l) => (
             &catalog.types()[l.instance_type].name,
             l.capacity_type.as_str(),
