@@ -185,8 +185,9 @@ impl Screens {
             shift(column, from, to);
             column[to] = single;
         }
-        for position in from.min(to)..=from.max(to) {
-            self.positions[order[position]] = position;
+        let first = from.min(to);
+        for (offset, &claim) in order[first..=from.max(to)].iter().enumerate() {
+            self.positions[claim] = first + offset;
         }
     }
 
