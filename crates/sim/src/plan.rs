@@ -77,19 +77,37 @@ pub(crate) fn round(x: f64) -> f64 {
 pub(crate) struct Allocatable<'a> {
     input: &'a Input,
     /// Per NodePool (empty until a claim of it launches): each catalog type's allocatable as
-    /// the pool advertises it.
-    by_pool: Vec<Vec<BTreeMap<String, i64>>>,
+    /// the pool advertises it, as amounts by resource name.
+    by_pool: Vec<PoolAllocatable>,
     /// Per offering filter: each catalog type's launchable offerings it allows (indices, in
     /// the type's order).
     offers: HashMap<OfferingFilter, Vec<Vec<usize>>>,
+    /// Per catalog type: whether it is exotic (metal, GPU or accelerator).
+    exotic: Vec<bool>,
+}
+
+/// The catalog types' allocatable in one NodePool: the resource names any type advertises,
+/// and per type an amount for each (0 where the type has none), read without a map lookup
+/// per claim, type and resource.
+#[derive(Debug, Clone, Default)]
+struct PoolAllocatable {
+    names: Vec<String>,
+    /// `names.len()` amounts per catalog type.
+    amounts: Vec<i64>,
 }
 
 impl<'a> Allocatable<'a> {
     pub(crate) fn new(input: &'a Input) -> Allocatable<'a> {
         Allocatable {
             input,
-            by_pool: vec![Vec::new(); input.pools.len()],
+            by_pool: vec![PoolAllocatable::default(); input.pools.len()],
             offers: HashMap::new(),
+            exotic: input
+                .catalog
+                .types()
+                .iter()
+                .map(crate::solver::is_exotic)
+                .collect(),
         }
     }
 
@@ -97,12 +115,24 @@ impl<'a> Allocatable<'a> {
     fn prepare(&mut self, pool: usize, filter: &OfferingFilter) {
         let input = self.input;
         let types = input.catalog.types();
-        if self.by_pool[pool].is_empty() {
+        if self.by_pool[pool].names.is_empty() && !types.is_empty() {
             // NodeOverlay capacity included: the AWS provider applies the overlays at launch
             // too.
-            self.by_pool[pool] = (0..types.len())
+            let advertised: Vec<BTreeMap<String, i64>> = (0..types.len())
                 .map(|ci| input.pools[pool].advertised(&input.catalog, ci).0)
                 .collect();
+            let names: Vec<String> = advertised
+                .iter()
+                .flat_map(|amounts| amounts.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .cloned()
+                .collect();
+            let amounts = advertised
+                .iter()
+                .flat_map(|amounts| names.iter().map(|n| amounts.get(n).copied().unwrap_or(0)))
+                .collect();
+            self.by_pool[pool] = PoolAllocatable { names, amounts };
         }
         if !self.offers.contains_key(filter) {
             let allowed = types
@@ -119,12 +149,31 @@ impl<'a> Allocatable<'a> {
         }
     }
 
-    /// Whether `requests` fit what catalog type `ci` advertises in NodePool `pool` (prepared).
-    fn fits(&self, pool: usize, ci: usize, requests: &BTreeMap<String, i64>) -> bool {
-        let allocatable = &self.by_pool[pool][ci];
-        requests
-            .iter()
-            .all(|(k, v)| *v <= allocatable.get(k).copied().unwrap_or(0))
+    /// `requests` as (index into NodePool `pool`'s names, amount), the amounts a type must
+    /// have; `None` when a positive request names a resource no type has (nothing fits).
+    fn wanted(&self, pool: usize, requests: &BTreeMap<String, i64>) -> Option<Vec<(usize, i64)>> {
+        let names = &self.by_pool[pool].names;
+        let mut wanted = Vec::with_capacity(requests.len());
+        for (name, &amount) in requests {
+            match names.binary_search(name) {
+                Ok(i) => wanted.push((i, amount)),
+                // A type without the resource has 0 of it.
+                Err(_) if amount <= 0 => {}
+                Err(_) => return None,
+            }
+        }
+        Some(wanted)
+    }
+
+    /// Whether `wanted` (from [`Allocatable::wanted`]) fits what catalog type `ci` advertises
+    /// in NodePool `pool` (prepared).
+    fn fits(&self, pool: usize, ci: usize, wanted: &Option<Vec<(usize, i64)>>) -> bool {
+        let Some(wanted) = wanted else {
+            return false;
+        };
+        let allocatable = &self.by_pool[pool];
+        let amounts = &allocatable.amounts[ci * allocatable.names.len()..];
+        wanted.iter().all(|&(i, amount)| amount <= amounts[i])
     }
 }
 
@@ -141,9 +190,11 @@ pub(crate) fn claim_launch<'i>(
     let cache = &*cache;
     let allowed = &cache.offers[&filter];
     let types = catalog.types();
-    let fits = |ci: usize| cache.fits(claim.pool_index, ci, &claim.requests);
+    let wanted = cache.wanted(claim.pool_index, &claim.requests);
+    let fits = |ci: usize| cache.fits(claim.pool_index, ci, &wanted);
     let offers = |ci: usize| allowed[ci].iter().map(move |&i| &types[ci].offerings[i]);
-    match launch_fitting(catalog, claim, fits, offers, &input.options) {
+    let exotic = |ci: usize| cache.exotic[ci];
+    match launch_fitting(claim, fits, offers, exotic, &input.options) {
         Some(l) => (
             &catalog.types()[l.instance_type].name,
             l.capacity_type.as_str(),

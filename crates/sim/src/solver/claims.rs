@@ -276,7 +276,12 @@ impl Scheduler<'_> {
     ) {
         self.reservations.hold(self.claims[c].host, &reserve);
         self.claims[c].reserved = reserve;
-        let max_net = self.max_net(self.claims[c].pool, &types);
+        // The largest remaining type's room changes only with the types.
+        let max_net = if types == self.claims[c].types {
+            self.claims[c].max_net.clone()
+        } else {
+            self.max_net(self.claims[c].pool, &types)
+        };
         let data = &self.data[pid];
         let claim = &mut self.claims[c];
         let old = claim.pods.len();
@@ -295,15 +300,21 @@ impl Scheduler<'_> {
             // What a stable sort by pod count does after this one change: a claim that gained
             // a pod moves to the front of its new count's block; a new one to the end of the
             // one-pod block.
-            let pos = self.order.iter().rposition(|&x| x == c).unwrap_or(0);
-            self.order.remove(pos);
+            // The order is sorted by pod count before this change, the claim still in its old
+            // count's block (or, new, at the end).
             let claims = &self.claims;
-            let at = if old == 0 {
-                self.order.partition_point(|&x| claims[x].pods.len() <= 1)
+            let (pos, at) = if old == 0 {
+                let last = self.order.len() - 1;
+                let at = self.order[..last].partition_point(|&x| claims[x].pods.len() <= 1);
+                (last, at)
             } else {
-                self.order.partition_point(|&x| claims[x].pods.len() <= old)
+                let pos = self.screens.position(c, &self.order);
+                let end = self
+                    .order
+                    .partition_point(|&x| x == c || claims[x].pods.len() <= old);
+                (pos, end - 1)
             };
-            self.order.insert(at, c);
+            super::screen::shift(&mut self.order, pos, at);
             moved = Some((pos, at));
         }
         // Borrowed, not cloned: the claim, its pool and the topology are separate fields.
@@ -327,9 +338,10 @@ impl Scheduler<'_> {
         topology.register_host(host);
         topology.record(pid, pod, taints, &claim.reqs);
         let topology = &self.topology;
-        self.screens.follow(old == 0, moved, |inverse, g| {
-            topology.host_count(inverse, g, host) > 0
-        });
+        self.screens
+            .follow(&self.order, c, old == 0, moved, |inverse, g| {
+                topology.host_count(inverse, g, host) > 0
+            });
         self.placements[pid] = Some(Placement::Claim(c));
     }
 

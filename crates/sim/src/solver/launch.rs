@@ -57,7 +57,8 @@ pub fn instance_requirements(it: &InstanceType) -> Requirements {
     r
 }
 
-fn is_exotic(it: &InstanceType) -> bool {
+/// Metal, GPU and accelerator types (`ExoticInstanceTypeFilter`).
+pub(crate) fn is_exotic(it: &InstanceType) -> bool {
     it.size.contains("metal")
         || it.bare_metal
         || [
@@ -105,17 +106,19 @@ pub fn launch(
             .iter()
             .filter(|o| o.launchable() && filter.allows(o))
     };
-    launch_fitting(catalog, claim, fits, offers, options)
+    let exotic = |ci: usize| is_exotic(&catalog.types()[ci]);
+    launch_fitting(claim, fits, offers, exotic, options)
 }
 
-/// [`launch`] given whether the claim's requests fit each type's allocatable (`fits(ci)`) and
+/// [`launch`] given whether the claim's requests fit each type's allocatable (`fits(ci)`),
 /// each type's launchable offerings that the claim's requirements allow, in the type's order
-/// (`offers(ci)`): for callers that keep both across the claims of a plan.
+/// (`offers(ci)`), and whether a type is exotic ([`is_exotic`], `exotic(ci)`): for callers that
+/// keep these across the claims of a plan.
 pub fn launch_fitting<'c, I>(
-    catalog: &'c Catalog,
     claim: &ClaimResult,
     mut fits: impl FnMut(usize) -> bool,
     offers: impl Fn(usize) -> I,
+    exotic: impl Fn(usize) -> bool,
     options: &Options,
 ) -> Option<Launch>
 where
@@ -123,7 +126,6 @@ where
 {
     let reqs = &claim.requirements;
     let cr = reqs.get(labels::CAPACITY_TYPE);
-    let types = catalog.types();
     let compatible_offer = |ci: usize, ct: Option<CapacityType>| {
         offers(ci).filter(move |o| ct.is_none_or(|c| c == o.capacity_type))
     };
@@ -137,11 +139,7 @@ where
     let min_values = reqs.has_min_values();
     // ExoticInstanceTypeFilter: drop metal and GPU/accelerator types when others remain.
     if !min_values {
-        let generic: Vec<usize> = kept
-            .iter()
-            .copied()
-            .filter(|&ci| !is_exotic(&types[ci]))
-            .collect();
+        let generic: Vec<usize> = kept.iter().copied().filter(|&ci| !exotic(ci)).collect();
         if !generic.is_empty() {
             kept = generic;
         }

@@ -46,6 +46,7 @@ use bits::Bits;
 use limits::Limits;
 use screen::Screens;
 
+pub(crate) use launch::is_exotic;
 pub use launch::{Launch, instance_requirements, launch, launch_fitting};
 pub use outcome::{Attempt, ClaimResult, Outcome, Placement, PodError, Trace};
 pub use prepare::Prepared;

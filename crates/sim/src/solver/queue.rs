@@ -12,6 +12,10 @@ use super::{GO_SORT_EXACT, Scheduler};
 use crate::model::Pod;
 use crate::res;
 
+/// A pod screens claims by position on a key only while the claims were narrowed to at most
+/// this many domains of it (each costs the pod a topology check up front).
+const BY_POSITION_DOMAINS: usize = 64;
+
 impl Scheduler<'_> {
     pub(crate) fn solve(mut self) -> Outcome {
         let pods = self.pods;
@@ -103,6 +107,31 @@ impl Scheduler<'_> {
         }
     }
 
+    /// Whether topology lets the pod onto a claim narrowed to domain `d` of key `ki` (an index
+    /// into the keys), remembered in `memo` for the rest of the pod's scan.
+    fn key_verdict(
+        &mut self,
+        memo: &mut Vec<(usize, u32, bool)>,
+        pid: usize,
+        pod: &Pod,
+        ki: usize,
+        d: u32,
+    ) -> bool {
+        if let Some(&(_, _, ok)) = memo.iter().find(|(i, dd, _)| *i == ki && *dd == d) {
+            return ok;
+        }
+        let domain = self.topology.domain_name(d).to_owned();
+        let ok = self.topology.key_allows(
+            pid,
+            pod,
+            &self.data[pid].strict,
+            &self.topo_keys[ki],
+            &domain,
+        );
+        memo.push((ki, d, ok));
+        ok
+    }
+
     fn add(&mut self, pid: usize, pod: &Pod) -> Result<(), PodError> {
         let traced = self.trace_pod == Some(pid);
         let slots = self.index.len();
@@ -146,6 +175,7 @@ impl Scheduler<'_> {
             crate::gosort::sort_slice(&mut self.order, |&a, &b| {
                 claims[a].pods.len() < claims[b].pods.len()
             });
+            self.screens.forget();
         }
         let order = std::mem::take(&mut self.order);
         let mut chosen = None;
@@ -176,13 +206,41 @@ impl Scheduler<'_> {
         } else {
             None
         };
+        // With the order followed one move at a time, the claims' single domains are read by
+        // position, before the claim itself: zone-spread and zone-affinity pods pass over
+        // runs of claims in zones they may not take.
+        let by_position = !traced
+            && !keys.is_empty()
+            && self.screens.tracking()
+            && keys
+                .iter()
+                .all(|&ki| self.screens.kinds(ki).len() <= BY_POSITION_DOMAINS);
+        // Per key: whether the pod is refused each coded domain (code 0, none, never is).
+        let mut refused: Vec<Vec<bool>> = Vec::new();
+        if by_position {
+            for &ki in &keys {
+                let kinds = self.screens.kinds(ki).to_vec();
+                let mut verdicts = vec![false];
+                for d in kinds {
+                    verdicts.push(!self.key_verdict(&mut memo, pid, pod, ki, d));
+                }
+                refused.push(verdicts);
+            }
+        }
         let mut next = 0;
-        while next < order.len() {
+        'scan: while next < order.len() {
             if let Some(i) = free {
                 match self.screens.next_free(i, next) {
                     Some(position) => next = position,
                     None => break,
                 }
+            }
+            if by_position && self.screens.refused(&keys, &refused, next) {
+                next += 1;
+                while next < order.len() && self.screens.refused(&keys, &refused, next) {
+                    next += 1;
+                }
+                continue 'scan;
             }
             let c = order[next];
             next += 1;
@@ -192,33 +250,15 @@ impl Scheduler<'_> {
                 if !self.topology.host_ok(&host_plan, self.screens.host(c)) {
                     continue;
                 }
-                let mut skip = false;
-                for &ki in &keys {
-                    let d = self.screens.single(c, ki);
-                    if d == u32::MAX {
-                        continue;
-                    }
-                    let ok = match memo.iter().find(|(i, dd, _)| *i == ki && *dd == d) {
-                        Some((_, _, ok)) => *ok,
-                        None => {
-                            let domain = self.topology.domain_name(d).to_owned();
-                            let ok = self.topology.key_allows(
-                                pid,
-                                pod,
-                                &self.data[pid].strict,
-                                &self.topo_keys[ki],
-                                &domain,
-                            );
-                            memo.push((ki, d, ok));
-                            ok
+                if !by_position {
+                    for &ki in &keys {
+                        let d = self.screens.single(c, ki);
+                        if d != u32::MAX && !self.key_verdict(&mut memo, pid, pod, ki, d) {
+                            continue 'scan;
                         }
-                    };
-                    if !ok {
-                        skip = true;
-                        break;
                     }
                 }
-                if skip || !self.screens.has_room(c, &requests) {
+                if !self.screens.has_room(c, &requests) {
                     continue;
                 }
             }
