@@ -23,10 +23,15 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 static BROKEN: Mutex<Option<String>> = Mutex::new(None);
 static LIVE_PANICS: std::sync::Once = std::sync::Once::new();
 /// The next deploy restarts Karpenter instead of keeping the one running (`testbed/lab
-/// karpenter` keeps it when its settings are the same): set by a fault, whose marks (an
-/// offering unavailable, a failed launch) would stay in its memory, and by a failed test. The
-/// first deploy of a run restarts it too: an earlier run's Karpenter may still be running.
+/// karpenter` keeps it when its settings are the same): set by the reset after a test that
+/// left marks in Karpenter's memory ([`Lab::karpenter_remembers`]), by turning a fault on
+/// (for a deploy after it), and by a failed test. The first deploy of a run restarts it too: an
+/// earlier run's Karpenter may still be running. (A signal to Karpenter: `testbed/lab`.)
 static RESTART_KARPENTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+/// This test left marks in Karpenter's memory ([`Lab::karpenter_remembers`]); the next reset
+/// sets [`RESTART_KARPENTER`].
+static KARPENTER_REMEMBERS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 /// Lab tests that failed in a row, and the first one's message: after
 /// [`FAILURES_BEFORE_GIVING_UP`] the lab is taken for broken, so the binary ends (and prints
 /// every failure) within CI's time instead of each test waiting out its own timeouts.
@@ -580,6 +585,13 @@ impl Lab {
         out
     }
 
+    /// What this test does stays in Karpenter's memory after the test (offerings it marks
+    /// unavailable after failed launches or a spot interruption, for minutes): the next test
+    /// gets a fresh Karpenter.
+    pub fn karpenter_remembers(&self) {
+        KARPENTER_REMEMBERS.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
     pub fn fault(&self, name: &str) {
         self.fault_with(name, "");
@@ -588,7 +600,10 @@ impl Lab {
     /// A fault whose file says what it applies to (`insufficient-capacity`: instance types,
     /// one per line).
     pub fn fault_with(&self, name: &str, content: &str) {
+        // A deploy later in this test starts a fresh Karpenter too: the one running has
+        // validated the node classes without the fault and keeps that result.
         RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.karpenter_remembers();
         std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), content).unwrap();
     }
 
@@ -613,6 +628,12 @@ impl Lab {
             for e in std::fs::read_dir(&faults).into_iter().flatten().flatten() {
                 let _ = std::fs::remove_file(e.path());
             }
+        }
+        // The Karpenter that ran under a fault or took a spot interruption remembers it
+        // (offerings it marked unavailable), even when the test turned the fault off again:
+        // this test gets a fresh one.
+        if KARPENTER_REMEMBERS.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         let mut steps = Steps::start();
         let rt = &self.rt;
@@ -659,13 +680,19 @@ impl Lab {
         // terminated) took ~10 s of every reset that followed a test with nodes; the next test
         // needs none of it. Terminate the instances and release the NodeClaims, as an operator
         // forcing them would; the node runner then halts the instances (below).
-        if !self.nodeclaims().is_empty() {
+        let remaining = self.nodeclaims();
+        if !remaining.is_empty() {
             self.aws(TERMINATE_LEAKED);
             let claims = self.dynamic("karpenter.sh", "v1", "NodeClaim");
             let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-            for claim in self.nodeclaims() {
-                let name = claim.metadata.name.unwrap_or_default();
+            for claim in &remaining {
+                let name = claim.metadata.name.clone().unwrap_or_default();
                 let _ = rt.block_on(claims.patch(&name, &PatchParams::default(), &release));
+            }
+            // A claim not yet Launched may have its CreateFleet in flight: its instance would
+            // come up after the pass above. Give it time to land before the pass below.
+            if remaining.iter().any(|c| !is_true(c, "Launched")) {
+                std::thread::sleep(Duration::from_secs(3));
             }
         }
         let deadline = Instant::now() + Duration::from_secs(180);

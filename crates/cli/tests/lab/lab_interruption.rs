@@ -207,6 +207,10 @@ fn instance_state(lab: &Lab, instance: &str) -> String {
 
 /// Puts one event on the default bus as AWS would (`PutEvents`); asserts it was accepted.
 fn put_event(lab: &Lab, source: &str, detail_type: &str, resources: &[String], detail: Value) {
+    // A spot interruption marks its offering unavailable in Karpenter's memory.
+    if detail_type == "EC2 Spot Instance Interruption Warning" {
+        lab.karpenter_remembers();
+    }
     let entry = json!({
         "Source": source,
         "DetailType": detail_type,

@@ -305,6 +305,8 @@ fn verify_interruption_reclaims_its_own_spot_node_and_times_the_drain_and_replac
     let Some((lab, spec, _)) = Lab::deployed("verify: --interruption", |s| s) else {
         return;
     };
+    // verify's spot warning marks the offering unavailable in Karpenter's memory.
+    lab.karpenter_remembers();
     let (code, result) = verify(
         &lab,
         &spec,
