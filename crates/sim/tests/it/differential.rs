@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use kk_sim::scenario;
 use serde_json::Value;
 
+use crate::divergence_kinds;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -319,30 +321,6 @@ fn kind(deterministic: bool, want: &Norm, got: &Norm) -> String {
     format!("{det}:{aspect}")
 }
 
-/// Divergence kinds docs/fidelity.md accounts for: names in backticks of the form
-/// `deterministic:…`/`nondeterministic:…` under "## Divergence kinds".
-fn known_kinds(doc: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut inside = false;
-    for line in doc.lines() {
-        if let Some(h) = line.strip_prefix("## ") {
-            inside = h.trim() == "Divergence kinds";
-            continue;
-        }
-        if !inside {
-            continue;
-        }
-        for (i, part) in line.split('`').enumerate() {
-            if i % 2 == 1
-                && (part.starts_with("deterministic:") || part.starts_with("nondeterministic:"))
-            {
-                out.insert(part.to_owned());
-            }
-        }
-    }
-    out
-}
-
 /// How divergences are judged.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -448,7 +426,7 @@ fn resolve_again(scenario: &Path) -> Option<Value> {
 fn compare(dir: &Path, exp: &Path, mode: Mode) {
     let root = root();
     let doc = std::fs::read_to_string(root.join("docs/fidelity.md")).expect("docs/fidelity.md");
-    let known = known_kinds(&doc);
+    let known = divergence_kinds::listed_kinds(&doc, "## Divergence kinds");
     let documented = listed(&doc, "Documented divergences");
     let open = listed(&doc, "Open divergences");
     let only = std::env::var("KK_DIFF_ONLY").ok();
@@ -619,22 +597,11 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
             stale.join(" ")
         );
     }
-    let mut by_kind: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for f in &failures {
-        by_kind.entry(&f.3).or_default().push(&f.0);
-    }
-    for (k, names) in &by_kind {
-        println!(
-            "differential: {} {k}{}: {}",
-            names.len(),
-            if known.contains(*k) {
-                ""
-            } else {
-                " (NEW KIND)"
-            },
-            names.join(" ")
-        );
-    }
+    let by_kind = divergence_kinds::by_kind(
+        "differential",
+        failures.iter().map(|f| (f.0.as_str(), f.3.as_str())),
+        &known,
+    );
     if mode == Mode::Fresh {
         let accepted = agree + doc_hits.values().sum::<usize>();
         let per_mille = accepted * 1000 / total.max(1);

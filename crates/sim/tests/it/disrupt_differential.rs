@@ -18,11 +18,13 @@
 //! docs/fidelity.md does not list under "Disruption divergence kinds", or on agreement below
 //! 99 %, and under `CI=true` it never skips.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use kk_sim::disrupt::{self, scenario};
 use serde_json::{Value, json};
+
+use crate::divergence_kinds;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -62,34 +64,11 @@ fn ours(v: &Value) -> Value {
     norm(&json!({"candidates": candidates, "command": command}))
 }
 
-fn documented() -> BTreeSet<String> {
-    let doc = std::fs::read_to_string(root().join("docs/fidelity.md")).unwrap();
-    let Some(section) = doc.split("### Disruption divergences").nth(1) else {
-        return BTreeSet::new();
-    };
-    let section = section.split("\n## ").next().unwrap_or("");
-    section
-        .split('`')
-        .skip(1)
-        .step_by(2)
+/// The scenarios docs/fidelity.md lists as divergences of the committed corpus.
+fn documented(doc: &str) -> BTreeSet<String> {
+    divergence_kinds::backticked(doc, "### Disruption divergences")
+        .into_iter()
         .filter(|s| s.starts_with("disrupt-s"))
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Kinds of divergence docs/fidelity.md accounts for in a fresh sample: names in backticks of
-/// the form `deterministic:…`/`nondeterministic:…` under "### Disruption divergence kinds".
-fn known_kinds() -> BTreeSet<String> {
-    let doc = std::fs::read_to_string(root().join("docs/fidelity.md")).unwrap();
-    let Some(section) = doc.split("### Disruption divergence kinds").nth(1) else {
-        return BTreeSet::new();
-    };
-    let section = section.split("\n#").next().unwrap_or("");
-    section
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|s| s.starts_with("deterministic:") || s.starts_with("nondeterministic:"))
         .map(str::to_owned)
         .collect()
 }
@@ -184,8 +163,9 @@ fn compare(dir: &Path, mode: Mode) {
         files.len(),
         dir.display()
     );
-    let allowed = documented();
-    let known = known_kinds();
+    let doc = std::fs::read_to_string(root().join("docs/fidelity.md")).unwrap();
+    let allowed = documented(&doc);
+    let known = divergence_kinds::listed_kinds(&doc, "### Disruption divergence kinds");
     let (mut agree, mut total, mut with_command, mut nondet, mut rerun_hits) = (0, 0, 0, 0, 0);
     let mut diverged: Vec<(String, String)> = Vec::new();
     for f in &files {
@@ -252,22 +232,11 @@ fn compare(dir: &Path, mode: Mode) {
             String::new()
         }
     );
-    let mut by_kind: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (name, k) in &diverged {
-        by_kind.entry(k).or_default().push(name);
-    }
-    for (k, names) in &by_kind {
-        println!(
-            "disruption: {} {k}{}: {}",
-            names.len(),
-            if known.contains(*k) {
-                ""
-            } else {
-                " (NEW KIND)"
-            },
-            names.join(" ")
-        );
-    }
+    let by_kind = divergence_kinds::by_kind(
+        "disruption",
+        diverged.iter().map(|(name, k)| (name.as_str(), k.as_str())),
+        &known,
+    );
     if mode == Mode::Fresh {
         println!(
             "disruption: fresh sample {}: agreement {agree}/{total} (threshold 99 %)",

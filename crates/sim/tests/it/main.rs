@@ -8,6 +8,7 @@ mod differential;
 mod disrupt;
 mod disrupt_differential;
 mod disrupt_reuse;
+mod divergence_kinds;
 mod drift_change;
 mod overlay_static;
 mod properties;
