@@ -29,17 +29,25 @@ pub(crate) fn named<'a>(docs: &'a mut [Value], kind: &str, name: &str) -> &'a mu
         .unwrap_or_else(|| panic!("{kind} {name}"))
 }
 
-fn run_at(docs: &[Value], at: &str, spot_to_spot: bool) -> Report {
-    let files = [SourceFile::new("cluster.yaml", text(docs))];
-    let state = disrupt::load(&files, &LoadOptions::default(), None).expect("state loads");
-    let opts = Options {
-        now: state.latest.unwrap() + clock::parse_duration(at).unwrap(),
-        spot_to_spot,
+/// The options of a whole `plan --disrupt` at `now` (every pass until nothing is left).
+pub(crate) fn whole_run(now: i64) -> Options {
+    Options {
+        now,
+        spot_to_spot: false,
         explain: None,
         max_rounds: 1000,
         first_pass_candidates: false,
         watch: None,
         reclaim: None,
+    }
+}
+
+fn run_at(docs: &[Value], at: &str, spot_to_spot: bool) -> Report {
+    let files = [SourceFile::new("cluster.yaml", text(docs))];
+    let state = disrupt::load(&files, &LoadOptions::default(), None).expect("state loads");
+    let opts = Options {
+        spot_to_spot,
+        ..whole_run(state.latest.unwrap() + clock::parse_duration(at).unwrap())
     };
     disrupt::run(&state, &opts).unwrap()
 }

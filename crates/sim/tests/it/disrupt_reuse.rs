@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use kk_sim::disrupt::{self, Options, clock, scenario};
 use kk_sim::{LoadOptions, SourceFile};
 
+use crate::disrupt::whole_run;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -60,15 +62,7 @@ fn whole_runs_on_the_fixtures_equal_the_rebuilding_runs() {
         let text = std::fs::read_to_string(fixtures.join(name)).unwrap();
         let files = [SourceFile::new(name, text)];
         let state = disrupt::load(&files, &LoadOptions::default(), None).expect("state loads");
-        let opts = Options {
-            now: state.latest.unwrap() + clock::parse_duration(at).unwrap(),
-            spot_to_spot: false,
-            explain: None,
-            max_rounds: 1000,
-            first_pass_candidates: false,
-            watch: None,
-            reclaim: None,
-        };
+        let opts = whole_run(state.latest.unwrap() + clock::parse_duration(at).unwrap());
         let (reused, rebuilt) = both(&state, &opts);
         assert_eq!(reused, rebuilt, "{name} at +{at}");
     }

@@ -2,9 +2,11 @@
 //! EC2NodeClass or NodePool drifts, for which of Karpenter's reasons, and how the disruption
 //! engine then replaces them (empty first, then by drift time, under the Drifted budget).
 
-use kk_sim::disrupt::{self, Options, Report, clock};
+use kk_sim::disrupt::{self, Report, clock};
 use kk_sim::{LoadOptions, SourceFile};
 use serde_json::Value;
+
+use crate::disrupt::whole_run;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/disrupt/drift/");
 
@@ -44,16 +46,7 @@ fn simulate(edit: impl FnOnce(&mut Vec<Value>), change: &[&str]) -> Report {
     .expect("change loads");
     let now = state.latest.unwrap();
     let drift = disrupt::drift::apply(&mut state, &proposed, now);
-    let opts = Options {
-        now,
-        spot_to_spot: false,
-        explain: None,
-        max_rounds: 1000,
-        first_pass_candidates: false,
-        watch: None,
-        reclaim: None,
-    };
-    let mut report = disrupt::run(&state, &opts).unwrap();
+    let mut report = disrupt::run(&state, &whole_run(now)).unwrap();
     report.drift = Some(drift);
     report
 }

@@ -6,7 +6,7 @@ use kk_sim::SourceFile;
 use kk_sim::disrupt::{self, Options, Report, Selector};
 use serde_json::{Value, json};
 
-use crate::disrupt::{docs, named, text};
+use crate::disrupt::{docs, named, text, whole_run};
 
 fn reclaim(docs: &[Value], selector: &str) -> Report {
     reclaim_in(docs, selector, &[])
@@ -20,13 +20,8 @@ fn reclaim_in(docs: &[Value], selector: &str, zones: &[&str]) -> Report {
     };
     let state = disrupt::load(&files, &load, None).expect("state loads");
     let opts = Options {
-        now: state.latest.unwrap(),
-        spot_to_spot: false,
-        explain: None,
-        max_rounds: 1000,
-        first_pass_candidates: false,
-        watch: None,
         reclaim: Some(Selector::parse(selector).unwrap()),
+        ..whole_run(state.latest.unwrap())
     };
     disrupt::run(&state, &opts).unwrap()
 }
