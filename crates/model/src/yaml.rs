@@ -75,6 +75,18 @@ pub struct Document {
 }
 
 impl Document {
+    /// A document for a value parsed elsewhere (a JSON scenario read with serde): no
+    /// positions are known, so every field is located at the document's start, 1:1.
+    pub fn parsed(value: Value) -> Document {
+        Document {
+            value,
+            positions: BTreeMap::new(),
+            key_positions: BTreeMap::new(),
+            start: Pos { line: 1, col: 1 },
+            scalar_spans: BTreeMap::new(),
+        }
+    }
+
     /// The byte range in `text` (the source this document was loaded from) of the scalar at
     /// `path`, quotes included; `None` if the path holds no scalar written in the source (a
     /// mapping, a sequence, or a value an alias expanded).

@@ -2,12 +2,13 @@
 //! "The disruption oracle") as a cluster state: the provisioning scenario format plus `pdbs` and
 //! `disruption: {now, spotToSpot}`. Pure: a JSON value in, state and options out.
 
+use kk_model::yaml::Document;
 use serde_json::{Value, json};
 
 use super::clock::parse_time;
 use super::engine::Options;
-use super::state::{ClusterState, load};
-use crate::input::{LoadOptions, SourceFile};
+use super::state::{ClusterState, load_parsed};
+use crate::input::{LoadOptions, ParsedFile};
 use crate::scenario::ScenarioError;
 
 fn with_kind(v: &Value, kind: &str) -> Value {
@@ -71,18 +72,16 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
             items.push(p);
         }
     }
-    // One List per 2,000 objects: a single document would pass the YAML reader's size limit
-    // on the benchmark's large states.
-    let files: Vec<SourceFile> = items
-        .chunks(2000)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let text = json!({"apiVersion": "v1", "kind": "List", "items": chunk}).to_string();
-            SourceFile::new(format!("scenario.json#{i}"), text)
-        })
-        .collect();
-    let state =
-        load(&files, &LoadOptions::default(), Some(catalog)).map_err(ScenarioError::Load)?;
+    // The scenario is JSON already parsed: one List, without a text to parse again.
+    // (`json!` would serialize `items` into a copy of itself.)
+    let mut list = json!({"apiVersion": "v1", "kind": "List"});
+    list["items"] = Value::Array(items);
+    let file = ParsedFile {
+        name: "scenario.json".into(),
+        docs: vec![Document::parsed(list)],
+    };
+    let state = load_parsed(&[file], Vec::new(), &LoadOptions::default(), Some(catalog))
+        .map_err(ScenarioError::Load)?;
     let d = v
         .get("disruption")
         .ok_or_else(|| ScenarioError::Invalid("scenario has no \"disruption\" section".into()))?;

@@ -7,6 +7,7 @@
 //! expansion into pods; `pods.rs` a pod spec; `nodes.rs` existing Nodes; `reservations.rs`
 //! capacity reservations (`describe-capacity-reservations` output).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use kk_catalog::{Catalog, KubeletOverrides, OfferingConfig};
@@ -111,11 +112,50 @@ pub fn load_with_catalog(
         .chain(node_files.iter().map(|f| (Role::Nodes, f)));
     for (role, file) in all {
         let docs = parse_documents(file, &mut reader.errors);
-        for doc in &docs {
-            for (prefix, value) in objects(doc) {
-                reader.object(role, &file.name, doc, &prefix, value);
-            }
+        reader.documents(role, &file.name, &docs);
+    }
+    reader.finish(opts, catalog)
+}
+
+/// A file's documents, parsed once for readers that each take what they need from it (the
+/// disruption state reads its own kinds, then pools, nodes and pods from the same parse).
+#[derive(Debug, Clone)]
+pub struct ParsedFile {
+    pub name: String,
+    pub docs: Vec<Document>,
+}
+
+impl ParsedFile {
+    /// Parses `file`; a syntax error is the file's one error.
+    pub fn parse(file: &SourceFile) -> Result<ParsedFile, InputError> {
+        let mut errors = Vec::new();
+        let docs = parse_documents(file, &mut errors);
+        match errors.pop() {
+            Some(e) => Err(e),
+            None => Ok(ParsedFile {
+                name: file.name.clone(),
+                docs,
+            }),
         }
+    }
+}
+
+/// [`load_with_catalog`] from files already parsed.
+pub fn load_parsed_with_catalog(
+    pool_files: &[ParsedFile],
+    workload_files: &[ParsedFile],
+    node_files: &[ParsedFile],
+    opts: &LoadOptions,
+    mut catalog: Catalog,
+) -> Result<Input, Vec<InputError>> {
+    let mut reader = Reader::new(opts, &mut catalog);
+    let all = pool_files
+        .iter()
+        .map(|f| (Role::Pools, f))
+        .chain(workload_files.iter().map(|f| (Role::Workloads, f)))
+        .chain(node_files.iter().map(|f| (Role::Nodes, f)));
+    for (role, file) in all {
+        reader.documents(role, &file.name, &file.docs);
     }
     reader.finish(opts, catalog)
 }
@@ -144,16 +184,10 @@ where
 {
     let mut reader = Reader::new(opts, &mut catalog);
     // Positions are not kept for parsed objects: every error is at the list's start.
-    let doc = Document {
-        value: Value::Null,
-        positions: BTreeMap::new(),
-        key_positions: BTreeMap::new(),
-        start: Pos { line: 1, col: 1 },
-        scalar_spans: BTreeMap::new(),
-    };
+    let doc = Document::parsed(Value::Null);
     let mut read = |role: Role, name: &str, items: &mut dyn Iterator<Item = Value>| {
         for (i, value) in items.enumerate() {
-            reader.object(role, name, &doc, &format!("items[{i}]"), value);
+            reader.object(role, name, &doc, &format!("items[{i}]"), Cow::Owned(value));
         }
     };
     read(Role::Pools, &pools.name, &mut pools.items.into_iter());
@@ -166,6 +200,13 @@ where
         read(Role::Nodes, &nodes.name, &mut nodes.items.into_iter());
     }
     reader.finish(opts, catalog)
+}
+
+/// An object to keep, its quantities as strings.
+fn owned(value: Cow<Value>) -> Value {
+    let mut value = value.into_owned();
+    stringify_quantities(&mut value, false);
+    value
 }
 
 /// Which input an object came from: pools, workloads or existing nodes.
@@ -189,9 +230,18 @@ struct Reader {
 }
 
 impl Reader {
-    /// Reads one object of `file` (at `prefix` in `doc`) by its kind.
-    fn object(&mut self, role: Role, file: &str, doc: &Document, prefix: &str, mut value: Value) {
-        stringify_quantities(&mut value, false);
+    /// Reads every object of `docs` (`List`s expanded) by its kind.
+    fn documents(&mut self, role: Role, file: &str, docs: &[Document]) {
+        for doc in docs {
+            for (prefix, value) in objects(doc) {
+                self.object(role, file, doc, &prefix, Cow::Borrowed(value));
+            }
+        }
+    }
+
+    /// Reads one object of `file` (at `prefix` in `doc`) by its kind; copied only when a
+    /// reader keeps it, since a cluster dump is read once for pools and once for nodes.
+    fn object(&mut self, role: Role, file: &str, doc: &Document, prefix: &str, value: Cow<Value>) {
         let kind = kind_of(&value).to_owned();
         let warnings = &mut self.warnings;
         let mut ctx = Ctx {
@@ -214,7 +264,7 @@ impl Reader {
             )),
             "NodeOverlay" if role == Role::Pools => {
                 self.node_overlays
-                    .extend(overlays::read_overlay(&mut ctx, prefix, &value, warnings));
+                    .extend(overlays::read_overlay(&mut ctx, prefix, &owned(value), warnings));
             }
             _ if role == Role::Pools && kind != "NodePool" && kind != "EC2NodeClass" => {}
             "Node" if role != Role::Nodes => warnings.push(format!(
@@ -222,21 +272,21 @@ impl Reader {
                 name(&value)
             )),
             "NodePool" => {
-                if let Some((pool, class)) = pools::read_pool(&mut ctx, prefix, value) {
+                if let Some((pool, class)) = pools::read_pool(&mut ctx, prefix, owned(value)) {
                     self.pools.push((pool, class, file.to_owned(), doc.start));
                 }
             }
             "EC2NodeClass" => {
-                if let Some((name, o)) = pools::read_node_class(&mut ctx, prefix, value) {
+                if let Some((name, o)) = pools::read_node_class(&mut ctx, prefix, owned(value)) {
                     self.classes.insert(name, o);
                 }
             }
             "Node" => self
                 .nodes
-                .extend(nodes::read_node(&mut ctx, prefix, value, warnings)),
+                .extend(nodes::read_node(&mut ctx, prefix, owned(value), warnings)),
             "Deployment" | "StatefulSet" | "ReplicaSet" | "Job" | "Pod" | "DaemonSet" => {
                 self.workloads
-                    .extend(workloads::read_workload(&mut ctx, prefix, value, warnings));
+                    .extend(workloads::read_workload(&mut ctx, prefix, owned(value), warnings));
             }
             "" if role != Role::Pools => ctx.err(&join(prefix, "kind"), "missing kind"),
             other if role == Role::Workloads => warnings.push(format!(

@@ -91,8 +91,8 @@ pub(super) fn parse_documents(file: &SourceFile, errors: &mut Vec<InputError>) -
     }
 }
 
-/// Every object in the documents, with `List`s expanded: (document, path prefix, value).
-pub(super) fn objects(doc: &Document) -> Vec<(String, Value)> {
+/// Every object in the document, with `List`s expanded: (path prefix, value).
+pub(super) fn objects(doc: &Document) -> Vec<(String, &Value)> {
     let v = &doc.value;
     if v.get("kind")
         .and_then(Value::as_str)
@@ -102,10 +102,10 @@ pub(super) fn objects(doc: &Document) -> Vec<(String, Value)> {
         return items
             .iter()
             .enumerate()
-            .map(|(i, item)| (format!("items[{i}]"), item.clone()))
+            .map(|(i, item)| (format!("items[{i}]"), item))
             .collect();
     }
-    vec![(String::new(), v.clone())]
+    vec![(String::new(), v)]
 }
 
 pub(super) fn kind_of(v: &Value) -> &str {

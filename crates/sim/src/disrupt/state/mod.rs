@@ -240,6 +240,6 @@ pub struct ClusterState {
 
 mod read;
 
-pub use read::load;
 /// A condition of an object as read, and whether it is `True` (the fleet view reads NodeClaims').
 pub(crate) use read::{condition, is_true};
+pub use read::{load, load_parsed};

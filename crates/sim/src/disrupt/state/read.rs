@@ -5,14 +5,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kk_catalog::{Catalog, OfferingConfig};
 use kk_model::FieldPath;
-use kk_model::yaml::{Document, LoadLimits, load_documents};
+use kk_model::yaml::Document;
 use serde_json::Value;
 
 use super::{
     Budget, BudgetNodes, ClusterState, NodeInfo, Pdb, PodInfo, Policy, PoolSettings, Reason,
 };
 use crate::disrupt::clock::{Cron, parse_duration, parse_time};
-use crate::input::{InputError, LoadOptions, SourceFile, load_with_catalog};
+use crate::input::{InputError, LoadOptions, ParsedFile, SourceFile, load_parsed_with_catalog};
 use crate::labels;
 use crate::model::LabelSelector;
 use crate::req::Operator;
@@ -459,6 +459,21 @@ pub fn load(
     catalog: Option<Catalog>,
 ) -> Result<ClusterState, Vec<InputError>> {
     let mut errors = Vec::new();
+    let parsed: Vec<ParsedFile> = files
+        .iter()
+        .filter_map(|file| ParsedFile::parse(file).map_err(|e| errors.push(e)).ok())
+        .collect();
+    load_parsed(&parsed, errors, opts, catalog)
+}
+
+/// [`load`] from files already parsed, after `errors` found parsing them. Each file is
+/// parsed once: the state's own kinds and the planner's input are read from the same parse.
+pub fn load_parsed(
+    files: &[ParsedFile],
+    mut errors: Vec<InputError>,
+    opts: &LoadOptions,
+    catalog: Option<Catalog>,
+) -> Result<ClusterState, Vec<InputError>> {
     let mut latest = None;
     let mut pools = BTreeMap::new();
     // (name, created, do-not-disrupt, deleting, ready, provider ID)
@@ -472,19 +487,7 @@ pub fn load(
     let mut node_classes = BTreeMap::new();
     let mut node_claims = BTreeMap::new();
     for file in files {
-        let docs = match load_documents(&file.text, LoadLimits::default()) {
-            Ok(d) => d,
-            Err(e) => {
-                errors.push(InputError {
-                    file: file.name.clone(),
-                    pos: Some(e.pos),
-                    field: String::new(),
-                    message: e.message,
-                });
-                continue;
-            }
-        };
-        for doc in &docs {
+        for doc in &file.docs {
             let items: Vec<(String, &Value)> = match (
                 doc.value.get("kind").and_then(Value::as_str),
                 doc.value.get("items").and_then(Value::as_array),
@@ -582,7 +585,7 @@ pub fn load(
             })?
         }
     };
-    let mut input = load_with_catalog(files, &[], files, opts, catalog)?;
+    let mut input = load_parsed_with_catalog(files, &[], files, opts, catalog)?;
     input
         .warnings
         .retain(|w| !w.contains("is not read from here"));
@@ -612,6 +615,18 @@ pub fn load(
         .iter()
         .map(|n| (n.name.as_str(), &n.labels))
         .collect();
+    // The newest non-daemon pod's start on each node: a node without a claim has no
+    // lastPodEventTime, so this stands in for it.
+    let mut newest_pod: BTreeMap<&str, i64> = BTreeMap::new();
+    for (node, p) in &input.bound {
+        let Some(p) = pods.get(&(p.namespace.clone(), p.name.clone())) else {
+            continue;
+        };
+        if let Some(t) = p.started.or(p.created).filter(|_| !p.daemon()) {
+            let newest = newest_pod.entry(node.as_str()).or_insert(t);
+            *newest = (*newest).max(t);
+        }
+    }
     for (name, created, dnd, deleting, ready, provider) in node_objs {
         let claim = by_node
             .get(name.as_str())
@@ -621,14 +636,7 @@ pub fn load(
         let label_init = lbls
             .and_then(|l| l.get(labels::INITIALIZED))
             .is_some_and(|v| v == "true");
-        let newest_pod = input
-            .bound
-            .iter()
-            .filter(|(n, _)| *n == name)
-            .filter_map(|(_, p)| pods.get(&(p.namespace.clone(), p.name.clone())))
-            .filter(|p| !p.daemon())
-            .filter_map(|p| p.started.or(p.created))
-            .max();
+        let newest_pod = newest_pod.get(name.as_str()).copied();
         let info = match claim {
             Some(c) => {
                 matched.insert(c.name.clone());
