@@ -30,6 +30,10 @@ use serde_json::Value;
 mod oracle;
 use oracle::oracle;
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // `cargo test --benches` runs benches with --bench absent: stay quick then.
     if !std::env::args().any(|a| a == "--bench") {

@@ -244,6 +244,10 @@ fn input(catalog: &Catalog, pods: Vec<Pod>) -> Input {
     }
 }
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let catalog = fake_catalog(400);
     println!(

@@ -44,6 +44,10 @@ fn oracle_times(bin: &Path, sizes: &str) -> Vec<(usize, usize, usize, f64)> {
         .collect()
 }
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
     let sizes = std::env::var("KK_BENCH_SIZES").unwrap_or_else(|_| "5000,20000,100000".into());

@@ -9,6 +9,10 @@
 
 const DEPLOYMENTS: u64 = 100;
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let pods: u64 = std::env::args()
         .nth(1)

@@ -4,6 +4,10 @@
 use std::io::Write;
 use std::time::Instant;
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [pools, workloads] = args.as_slice() else {

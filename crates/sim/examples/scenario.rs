@@ -3,6 +3,10 @@
 //! The result is written as it is serialized (kk_sim::scenario::Report), not built first.
 use std::io::Write as _;
 
+/// The binary's allocator, so that what is measured is what `kubean-karpenter` does.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
         eprintln!("usage: scenario FILE.json");
