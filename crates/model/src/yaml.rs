@@ -5,6 +5,10 @@
 //! ourselves, build `serde_json::Value`s and keep a side table from field path to
 //! source position. Limits on size, depth and alias expansion keep hostile input
 //! (alias bombs, deep nesting) to one clear error.
+//!
+//! The side table costs more than the parse on a large cluster dump, and only errors read
+//! it: [`load_documents_unlocated`] reads without it (a JSON text through `serde_json`), for
+//! readers that read again with [`load_documents`] when they have something to report.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -175,6 +179,31 @@ pub struct YamlError {
 
 /// Parses every document in `text`. Empty documents (only comments or `---`) are dropped.
 pub fn load_documents(text: &str, limits: LoadLimits) -> Result<Vec<Document>, YamlError> {
+    load_with(text, limits, true)
+}
+
+/// [`load_documents`] without the tables of positions, key positions and scalar spans: every
+/// field is located at its document's start. A text that is one JSON value (a `kubectl get
+/// -o json` dump) is read by the JSON parser, about twenty times faster than the YAML one;
+/// anything else, and any JSON it refuses, by the YAML loader. The same values and the same
+/// refusals; a reader that finds a problem reads the text again with [`load_documents`] to
+/// say where it is.
+pub fn load_documents_unlocated(
+    text: &str,
+    limits: LoadLimits,
+) -> Result<Vec<Document>, YamlError> {
+    if text.len() <= limits.max_bytes
+        && let Some(value) = json::read(text, &limits)
+    {
+        return Ok(match value {
+            Value::Null => Vec::new(),
+            value => vec![Document::parsed(value)],
+        });
+    }
+    load_with(text, limits, false)
+}
+
+fn load_with(text: &str, limits: LoadLimits, locate: bool) -> Result<Vec<Document>, YamlError> {
     if text.len() > limits.max_bytes {
         return Err(YamlError {
             pos: Pos { line: 1, col: 1 },
@@ -191,6 +220,7 @@ pub fn load_documents(text: &str, limits: LoadLimits) -> Result<Vec<Document>, Y
         nodes: 0,
         bytes: 0,
         anchors: HashMap::new(),
+        locate,
     };
     builder.stream()
 }
@@ -203,6 +233,8 @@ struct Builder<'a> {
     bytes: usize,
     /// Anchored values with their positions relative to the anchor, for alias expansion.
     anchors: HashMap<usize, Anchored>,
+    /// Whether to fill the tables (and build each value's path for them).
+    locate: bool,
 }
 
 #[derive(Clone)]
@@ -285,6 +317,15 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// A child's path, when the tables are filled (building it allocates).
+    fn child(&self, path: impl FnOnce() -> FieldPath) -> FieldPath {
+        if self.locate {
+            path()
+        } else {
+            FieldPath::root()
+        }
+    }
+
     fn count(&mut self, added: usize, added_bytes: usize, span: &Span) -> Result<(), YamlError> {
         self.nodes = self.nodes.saturating_add(added);
         self.bytes = self.bytes.saturating_add(added_bytes);
@@ -323,7 +364,9 @@ impl<'a> Builder<'a> {
                 message: format!("nesting deeper than {} levels", self.limits.max_depth),
             });
         }
-        tables.positions.insert(path.clone(), pos_of(&span));
+        if self.locate {
+            tables.positions.insert(path.clone(), pos_of(&span));
+        }
         let (start_nodes, start_bytes) = (self.nodes, self.bytes);
         let scalar_bytes = match &event {
             Event::Scalar(text, ..) => text.len(),
@@ -332,9 +375,11 @@ impl<'a> Builder<'a> {
         self.count(1, scalar_bytes, &span)?;
         let (value, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
-                tables
-                    .scalar_spans
-                    .insert(path.clone(), span.start.index()..span.end.index());
+                if self.locate {
+                    tables
+                        .scalar_spans
+                        .insert(path.clone(), span.start.index()..span.end.index());
+                }
                 let tag = tag.map(|t| t.suffix.clone());
                 (scalar(&text, style, tag.as_deref()), anchor)
             }
@@ -345,7 +390,7 @@ impl<'a> Builder<'a> {
                     if matches!(event, Event::SequenceEnd) {
                         break;
                     }
-                    let child = path.index(items.len());
+                    let child = self.child(|| path.index(items.len()));
                     items.push(self.node(event, span, &child, depth + 1, tables)?);
                 }
                 (Value::Array(items), anchor)
@@ -385,10 +430,12 @@ impl<'a> Builder<'a> {
                         });
                     }
                     self.count(0, key.len(), &key_span)?;
-                    let child = path.key(&key);
-                    tables
-                        .key_positions
-                        .insert(child.clone(), pos_of(&key_span));
+                    let child = self.child(|| path.key(&key));
+                    if self.locate {
+                        tables
+                            .key_positions
+                            .insert(child.clone(), pos_of(&key_span));
+                    }
                     let (event, span) = self.next()?;
                     let value = self.node(event, span, &child, depth + 1, tables)?;
                     map.insert(key, value);
@@ -412,7 +459,9 @@ impl<'a> Builder<'a> {
                 let (size, bytes) = (anchored.size, anchored.bytes);
                 self.count(size, bytes, &span)?;
                 let value = self.anchors[&id].value.clone();
-                record_positions(&value, path, pos_of(&span), tables);
+                if self.locate {
+                    record_positions(&value, path, pos_of(&span), tables);
+                }
                 return Ok(value);
             }
             other => {
@@ -453,6 +502,128 @@ fn record_positions(value: &Value, path: &FieldPath, pos: Pos, tables: &mut Tabl
             }
         }
         _ => {}
+    }
+}
+
+/// JSON text as the YAML loader would read it, or `None` for the YAML loader to read (and
+/// refuse, with its message and position, whatever the limits or the syntax refuse).
+mod json {
+    use std::fmt;
+
+    use serde::Deserializer as _;
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Number, Value};
+
+    use super::{LoadLimits, json_depth};
+
+    pub(super) fn read(text: &str, limits: &LoadLimits) -> Option<Value> {
+        if !text.trim_start().starts_with(['{', '[']) {
+            return None;
+        }
+        let mut count = Counted {
+            values: 0,
+            max: limits.max_nodes,
+        };
+        // serde_json stops at 128 levels, past the loader's limit.
+        let mut de = serde_json::Deserializer::from_str(text);
+        let value = de.deserialize_any(&mut count).ok()?;
+        de.end().ok()?;
+        (json_depth(&value) <= limits.max_depth).then_some(value)
+    }
+
+    /// Builds the value, refusing duplicate keys (as the YAML loader does) and more values
+    /// than the limit.
+    struct Counted {
+        values: usize,
+        max: usize,
+    }
+
+    impl Counted {
+        fn one<E: de::Error>(&mut self) -> Result<(), E> {
+            self.values += 1;
+            if self.values > self.max {
+                return Err(E::custom("too many values"));
+            }
+            Ok(())
+        }
+    }
+
+    impl<'de> Visitor<'de> for &mut Counted {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::Bool(v))
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::Number(v.into()))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::Number(v.into()))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+            self.one()?;
+            // `-0` is the integer 0 to the YAML loader; let it read that.
+            if v == 0.0 && v.is_sign_negative() {
+                return Err(E::custom("negative zero"));
+            }
+            Number::from_f64(v)
+                .map(Value::Number)
+                .ok_or_else(|| E::custom("not a finite number"))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::String(v))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+            self.one()?;
+            Ok(Value::Null)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            self.one()?;
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(&mut *self)? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            self.one()?;
+            let mut out = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value = map.next_value_seed(&mut *self)?;
+                if out.insert(key, value).is_some() {
+                    return Err(de::Error::custom("duplicate key"));
+                }
+            }
+            Ok(Value::Object(out))
+        }
+    }
+
+    impl<'de> de::DeserializeSeed<'de> for &mut Counted {
+        type Value = Value;
+
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
     }
 }
 
@@ -548,10 +719,78 @@ pub fn get<'v>(value: &'v Value, path: &FieldPath) -> Option<&'v Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn load(text: &str) -> Result<Vec<Document>, YamlError> {
         load_documents(text, LoadLimits::default())
+    }
+
+    /// JSON values with the scalars manifests hold, and some that test the edges.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let scalar = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e12f64..1e12).prop_map(Value::from),
+            "[ -~]{0,12}".prop_map(Value::String),
+            "\\PC{0,6}".prop_map(Value::String),
+            prop_oneof![
+                Just("true"),
+                Just("null"),
+                Just("0x1f"),
+                Just("1e3"),
+                Just("~"),
+                Just("")
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ];
+        scalar.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z./-]{1,8}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn json_the_loader_refuses_goes_to_the_yaml_loader() {
+        let limits = LoadLimits::default();
+        // Duplicate keys, negative zero, a second value, and YAML that starts like JSON.
+        for text in ["{\"a\": 1, \"a\": 2}", "[-0]", "{} {}", "{a: b}", "[1e400]"] {
+            assert_eq!(json::read(text, &limits), None, "{text}");
+        }
+        let e = load_documents_unlocated("{\"a\": 1, \"a\": 2}", limits).unwrap_err();
+        assert!(e.message.contains("duplicate key"), "{e}");
+        let deep = format!("{}{}", "[".repeat(70), "]".repeat(70));
+        assert_eq!(json::read(&deep, &limits), None);
+        assert!(load_documents_unlocated(&deep, limits).is_err());
+        let few = LoadLimits {
+            max_nodes: 3,
+            ..LoadLimits::default()
+        };
+        assert_eq!(json::read("[1, 2, 3]", &few), None);
+        assert_eq!(
+            load_documents_unlocated("{\"a\": [1, -0, 2.5]}", limits).unwrap()[0].value,
+            json!({"a": [1, 0, 2.5]})
+        );
+    }
+
+    #[test]
+    fn unlocated_documents_have_the_values_but_no_positions() {
+        let text = "a: &x {b: [1, 2.5, true]}\nc: *x\nd: !!str 7\n---\ne: 'f'\n";
+        let located = load(text).unwrap();
+        let unlocated = load_documents_unlocated(text, LoadLimits::default()).unwrap();
+        let values = |d: &[Document]| d.iter().map(|d| d.value.clone()).collect::<Vec<_>>();
+        assert_eq!(values(&located), values(&unlocated));
+        assert!(located[0].positions.len() > 5);
+        for d in &unlocated {
+            assert!(d.positions.is_empty() && d.key_positions.is_empty());
+            assert!(d.scalar_spans.is_empty());
+        }
+        assert_eq!(unlocated[1].start, located[1].start);
     }
 
     #[test]
@@ -683,7 +922,7 @@ mod tests {
         assert_eq!(docs[0].value["other"], json!({"x": 1}));
     }
 
-    proptest::proptest! {
+    proptest! {
         #[test]
         fn never_panics_on_arbitrary_text(text in "\\PC{0,200}") {
             let _ = load(&text);
@@ -692,6 +931,37 @@ mod tests {
         #[test]
         fn never_panics_on_yamlish_text(text in "[-:\\[\\]{}&*!|>'\" \\n#a-z0-9,?]{0,200}") {
             let _ = load(&text);
+        }
+
+        /// JSON text, read by the JSON parser, gives the values the YAML loader gives.
+        #[test]
+        fn json_reads_as_yaml_does(value in json_value(), pretty in any::<bool>()) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            let fast = json::read(&text, &LoadLimits::default());
+            prop_assert!(fast.is_some() || !(value.is_object() || value.is_array()));
+            let yaml = load(&text).map(|d| d.into_iter().map(|d| d.value).collect::<Vec<_>>());
+            let unlocated = load_documents_unlocated(&text, LoadLimits::default())
+                .map(|d| d.into_iter().map(|d| d.value).collect::<Vec<_>>());
+            prop_assert_eq!(yaml.map_err(|e| e.to_string()), unlocated.map_err(|e| e.to_string()));
+        }
+
+        /// Without positions, the same values and the same refusals (at the same place).
+        #[test]
+        fn unlocated_reads_the_same(text in "[-:\\[\\]{}&*!|>'\" \\n#a-z0-9,?]{0,200}") {
+            let located = load_documents(&text, LoadLimits::default());
+            let unlocated = load_documents_unlocated(&text, LoadLimits::default());
+            match (located, unlocated) {
+                (Ok(a), Ok(b)) => {
+                    let values = |d: Vec<Document>| d.into_iter().map(|d| d.value).collect::<Vec<_>>();
+                    prop_assert_eq!(values(a), values(b));
+                }
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "located {:?}, unlocated {:?}", a.is_ok(), b.is_ok()),
+            }
         }
     }
 }

@@ -102,19 +102,23 @@ pub fn load_with_catalog(
     workload_files: &[SourceFile],
     node_files: &[SourceFile],
     opts: &LoadOptions,
-    mut catalog: Catalog,
+    catalog: Catalog,
 ) -> Result<Input, Vec<InputError>> {
-    let mut reader = Reader::new(opts, &mut catalog);
     let all = pool_files
         .iter()
         .map(|f| (Role::Pools, f))
         .chain(workload_files.iter().map(|f| (Role::Workloads, f)))
         .chain(node_files.iter().map(|f| (Role::Nodes, f)));
-    for (role, file) in all {
-        let docs = parse_documents(file, &mut reader.errors);
-        reader.documents(role, &file.name, &docs);
-    }
-    reader.finish(opts, catalog)
+    // Positions only serve errors: read without them, and again with them to place one.
+    let read = |locate: bool, mut catalog: Catalog| {
+        let mut reader = Reader::new(opts, &mut catalog);
+        for (role, file) in all.clone() {
+            let docs = parse_documents(file, locate, &mut reader.errors);
+            reader.documents(role, &file.name, &docs);
+        }
+        reader.finish(opts, catalog)
+    };
+    read(false, catalog.clone()).or_else(|_| read(true, catalog))
 }
 
 /// A file's documents, parsed once for readers that each take what they need from it (the
@@ -126,10 +130,12 @@ pub struct ParsedFile {
 }
 
 impl ParsedFile {
-    /// Parses `file`; a syntax error is the file's one error.
-    pub fn parse(file: &SourceFile) -> Result<ParsedFile, InputError> {
+    /// Parses `file`; a syntax error is the file's one error. Without `locate`, no
+    /// positions are kept (every field is at its document's start): for a first reading that
+    /// parses again with them only if it finds a problem to place.
+    pub fn parse(file: &SourceFile, locate: bool) -> Result<ParsedFile, InputError> {
         let mut errors = Vec::new();
-        let docs = parse_documents(file, &mut errors);
+        let docs = parse_documents(file, locate, &mut errors);
         match errors.pop() {
             Some(e) => Err(e),
             None => Ok(ParsedFile {

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1 as core;
 use kk_catalog::resources::quantity_units;
 use kk_model::FieldPath;
 use kk_model::quantity::Quantity;
-use kk_model::yaml::{Document, LoadLimits, load_documents};
+use kk_model::yaml::{Document, LoadLimits, load_documents, load_documents_unlocated};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -76,8 +76,17 @@ pub(super) fn stringify_quantities(v: &mut Value, in_list: bool) {
     }
 }
 
-pub(super) fn parse_documents(file: &SourceFile, errors: &mut Vec<InputError>) -> Vec<Document> {
-    match load_documents(&file.text, LoadLimits::default()) {
+pub(super) fn parse_documents(
+    file: &SourceFile,
+    locate: bool,
+    errors: &mut Vec<InputError>,
+) -> Vec<Document> {
+    let load = if locate {
+        load_documents
+    } else {
+        load_documents_unlocated
+    };
+    match load(&file.text, LoadLimits::default()) {
         Ok(docs) => docs,
         Err(e) => {
             errors.push(InputError {

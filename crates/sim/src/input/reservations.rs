@@ -17,7 +17,7 @@ pub fn add_reservations(
     errors: &mut Vec<InputError>,
 ) -> Vec<String> {
     let mut warnings = Vec::new();
-    for doc in &parse_documents(file, errors) {
+    for doc in &parse_documents(file, true, errors) {
         let mut ctx = Ctx {
             file: &file.name,
             doc,
