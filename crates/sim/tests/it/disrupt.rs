@@ -356,6 +356,37 @@ fn bad_input_is_one_located_error() {
     );
 }
 
+/// A JSON dump is read by the JSON parser without positions; an error in it is still placed
+/// at its line (the file is read again with them).
+#[test]
+fn an_error_in_a_json_dump_names_its_line() {
+    let mut d = docs();
+    named(&mut d, "NodePool", "gpu")["spec"]["disruption"]["consolidateAfter"] = json!("2 hours");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": d});
+    let dump = serde_json::to_string_pretty(&list).unwrap();
+    let line = 1 + dump
+        .lines()
+        .position(|l| l.contains("\"2 hours\""))
+        .expect("the bad value is written");
+    let files = [SourceFile::new("cluster.json", dump)];
+    let errors = disrupt::load(&files, &LoadOptions::default(), None).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = errors[0].to_string();
+    assert!(
+        e.starts_with(&format!("cluster.json:{line}:")),
+        "line {line}: {e}"
+    );
+    assert!(e.contains("consolidateAfter"), "{e}");
+    // The same dump without the error reads, and decides as the YAML text does.
+    let good = json!({"apiVersion": "v1", "kind": "List", "items": docs()});
+    let files = [SourceFile::new("cluster.json", good.to_string())];
+    let from_json = disrupt::load(&files, &LoadOptions::default(), None).expect("reads");
+    let files = [SourceFile::new("cluster.yaml", text(&docs()))];
+    let from_yaml = disrupt::load(&files, &LoadOptions::default(), None).expect("reads");
+    assert_eq!(from_json.nodes, from_yaml.nodes);
+    assert_eq!(from_json.input.bound.len(), from_yaml.input.bound.len());
+}
+
 #[test]
 fn a_moved_pod_lands_on_the_node_the_scheduler_chose_when_an_uninitialized_node_sorts_first() {
     // The scheduler tries initialized nodes first, then the rest, each by name; a node still
