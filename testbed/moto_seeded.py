@@ -13,6 +13,7 @@ Usage: moto_seeded.py [--host 127.0.0.1] [--port 0] [--port-file FILE]
 --ec2-data (the lab) also patches the gaps between moto and the Karpenter controller
 (see install_karpenter_patches; AMIs come from MOTO_AMIS_PATH). --faults DIR (the lab)
 lets a test switch on refusals moto cannot make itself (see install_faults).
+--private-ip-offset N (a second lab beside the first) skips a subnet's first N addresses.
 
 --port 0 binds a free port; --port-file receives the port actually bound.
 --dump writes the seeded parameters of us-east-1 and us-west-2 as JSON.
@@ -599,6 +600,25 @@ def action_of(environ) -> str:
     return urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("Action", [""])[0]
 
 
+def offset_private_ips(offset: int) -> None:
+    """Labs side by side share one bridge as moto's default VPC, and moto hands out a subnet's
+    addresses in order from its start: two labs' first instances would both be 172.31.0.4.
+    Each lab's moto starts `offset` addresses in instead (testbed/lab: 1024 per lab, a quarter
+    of a default /20 subnet), so their instances never meet on the bridge."""
+    import functools
+    import itertools
+
+    from moto.ec2.models.subnets import Subnet
+
+    hosts = Subnet._base_avail_ip_iterator  # cached per subnet: the one iterator it draws from
+
+    @functools.cache
+    def shifted(self):  # type: ignore[no-untyped-def]
+        return itertools.islice(hosts(self), offset, None)
+
+    Subnet._base_avail_ip_iterator = shifted
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
@@ -608,6 +628,8 @@ def main() -> int:
     ap.add_argument("--print", action="store_true")
     ap.add_argument("--ec2-data", help="shared/data/ec2/ec2_instance_types_karpenter.json: enables the Karpenter patches")
     ap.add_argument("--faults", help="a folder whose files switch on refusals (see install_faults)")
+    ap.add_argument("--private-ip-offset", type=int, default=0,
+                    help="hand out each subnet's private IPs from this offset (see offset_private_ips)")
     args = ap.parse_args()
 
     if args.print:
@@ -630,6 +652,8 @@ def main() -> int:
         install_capacity_reservations()
     if args.faults:
         install_faults(args.faults)
+    if args.private_ip_offset:
+        offset_private_ips(args.private_ip_offset)
     # Load eagerly for the default account in the two regions the tests use,
     # so a broken hook fails here rather than at the first request.
     ssm = get_backend("ssm")

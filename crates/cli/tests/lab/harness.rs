@@ -2,12 +2,14 @@
 //! machine — real apiserver, controller-manager, scheduler, Karpenter controller, AWS CCM,
 //! kubeadm and kubelets on moto (testbed/README.md, "The lab").
 //!
-//! One lab serves every test of the binary, one test at a time (`Lab::require` holds a
-//! lock); each test starts from a lab without NodePools, NodeClaims or workloads.
+//! The labs in `KK_LAB_ENV` (one env file, or several separated by `:`; CI runs two side by
+//! side) serve the tests of the binary, each lab one test at a time (`Lab::require` waits for a
+//! free one and keeps it for the whole test); each test starts from a lab without NodePools,
+//! NodeClaims or workloads.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -17,21 +19,112 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-/// Why the lab cannot serve tests any more (a daemon of it died): every later test fails at once
-/// with this reason instead of waiting out its own timeouts.
+/// Why the labs cannot serve tests any more (a daemon of one died, or tests failed in a row):
+/// every later test fails at once with this reason instead of waiting out its own timeouts.
 static BROKEN: Mutex<Option<String>> = Mutex::new(None);
 static LIVE_PANICS: std::sync::Once = std::sync::Once::new();
-/// The next deploy restarts Karpenter instead of keeping the one running (`testbed/lab
-/// karpenter` keeps it when its settings are the same): set by the reset after a test that
-/// left marks in Karpenter's memory ([`Lab::karpenter_remembers`]), by turning a fault on
-/// (for a deploy after it), and by a failed test. The first deploy of a run restarts it too: an
-/// earlier run's Karpenter may still be running. (A signal to Karpenter: `testbed/lab`.)
-static RESTART_KARPENTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-/// This test left marks in Karpenter's memory ([`Lab::karpenter_remembers`]); the next reset
-/// sets [`RESTART_KARPENTER`].
-static KARPENTER_REMEMBERS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+
+/// One lab of `KK_LAB_ENV` and what the tests know of it.
+struct Slot {
+    /// Its env file (`testbed/lab up` writes `<state>/env`).
+    env: PathBuf,
+    /// A test holds it.
+    busy: bool,
+    /// The next deploy restarts Karpenter instead of keeping the one running (`testbed/lab
+    /// karpenter` keeps it when its settings are the same): set by the reset after a test that
+    /// left marks in Karpenter's memory ([`Lab::karpenter_remembers`]), by turning a fault on
+    /// (for a deploy after it), and by a failed test. The first deploy of a run restarts it
+    /// too: an earlier run's Karpenter may still be running.
+    restart_karpenter: bool,
+    /// This test left marks in Karpenter's memory; the next reset sets `restart_karpenter`.
+    karpenter_remembers: bool,
+}
+
+/// The labs, and a signal for the tests waiting for one.
+struct Pool {
+    slots: Mutex<Vec<Slot>>,
+    freed: Condvar,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let list = std::env::var_os("KK_LAB_ENV")
+            .map(|v| std::env::split_paths(&v).collect::<Vec<_>>())
+            .filter(|paths| !paths.is_empty())
+            .unwrap_or_else(|| vec![repo().join(".lab/env")]);
+        let slots = list
+            .into_iter()
+            .map(|env| Slot {
+                env,
+                busy: false,
+                restart_karpenter: true,
+                karpenter_remembers: false,
+            })
+            .collect();
+        Pool {
+            slots: Mutex::new(slots),
+            freed: Condvar::new(),
+        }
+    })
+}
+
+fn slots() -> std::sync::MutexGuard<'static, Vec<Slot>> {
+    pool().slots.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A test's hold on one lab of the pool, given back when the test ends.
+struct Turn(usize);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        slots()[self.0].busy = false;
+        pool().freed.notify_all();
+    }
+}
+
+/// What a test needs of its lab beyond the common set-up.
+#[derive(Clone, Copy, PartialEq)]
+enum Needs {
+    Any,
+    /// The API server asks aws-iam-authenticator (only lab 1 runs it: `testbed/lab`).
+    TokenWebhook,
+}
+
+/// Waits for a free lab of the pool that serves `needs` (its env file readable) and takes it;
+/// `None` when no lab of the pool is running.
+fn take_lab(test: &str, needs: Needs) -> Option<(Turn, PathBuf, Env)> {
+    let mut slots = slots();
+    loop {
+        let mut running = false;
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(env) = std::fs::read_to_string(&slot.env)
+                .ok()
+                .map(|t| parse_env(&t))
+            else {
+                continue;
+            };
+            let serves = needs == Needs::Any
+                || env
+                    .iter()
+                    .any(|(k, v)| k == "KK_LAB_TOKEN_WEBHOOK" && v == "1");
+            running |= serves;
+            if serves && !slot.busy {
+                slot.busy = true;
+                return Some((Turn(i), slot.env.clone(), env));
+            }
+        }
+        if !running {
+            if needs == Needs::TokenWebhook && slots.iter().any(|s| s.env.exists()) {
+                panic!(
+                    "{test}: no lab of KK_LAB_ENV runs the token webhook (lab 1 does: testbed/lab up)"
+                );
+            }
+            return None;
+        }
+        slots = pool().freed.wait(slots).unwrap_or_else(|e| e.into_inner());
+    }
+}
 /// Lab tests that failed in a row, and the first one's message: after
 /// [`FAILURES_BEFORE_GIVING_UP`] the lab is taken for broken, so the binary ends (and prints
 /// every failure) within CI's time instead of each test waiting out its own timeouts.
@@ -84,7 +177,9 @@ pub fn repo() -> PathBuf {
 }
 
 pub struct Lab {
-    _turn: MutexGuard<'static, ()>,
+    turn: Turn,
+    /// Its env file; the state folder is the folder it is in.
+    env_file: PathBuf,
     pub env: Vec<(String, String)>,
     pub client: Client,
     pub rt: tokio::runtime::Runtime,
@@ -96,7 +191,10 @@ pub struct Lab {
     phases: Vec<(String, Duration)>,
 }
 
-fn parse_env(text: &str) -> Vec<(String, String)> {
+/// A lab's env file: its `export KEY=VALUE` lines.
+type Env = Vec<(String, String)>;
+
+fn parse_env(text: &str) -> Env {
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("export "))
         .filter_map(|l| l.split_once('='))
@@ -105,15 +203,23 @@ fn parse_env(text: &str) -> Vec<(String, String)> {
 }
 
 impl Lab {
-    /// The running lab, reset for this test; `None` (skipped, said loudly) without one,
+    /// A running lab, reset for this test; `None` (skipped, said loudly) without one,
     /// a failure under CI=true.
     pub fn require(test: &str) -> Option<Lab> {
+        Lab::require_serving(test, Needs::Any)
+    }
+
+    /// [`Lab::require`] for a test that runs aws-iam-authenticator: lab 1.
+    pub fn require_token_webhook(test: &str) -> Option<Lab> {
+        Lab::require_serving(test, Needs::TokenWebhook)
+    }
+
+    fn require_serving(test: &str, needs: Needs) -> Option<Lab> {
         LIVE_PANICS.call_once(|| {
             let default = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
                 let thread = std::thread::current();
                 let line = format!("LAB TEST FAILED {}: {info}", thread.name().unwrap_or("?"));
-                RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
                 live(&line);
                 let mut failed = FAILED_IN_A_ROW.lock().unwrap_or_else(|e| e.into_inner());
                 failed.0 += 1;
@@ -131,14 +237,7 @@ impl Lab {
                 default(info);
             }));
         });
-        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(reason) = BROKEN.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            panic!("{test}: the lab broke during an earlier test: {reason}");
-        }
-        let path = std::env::var_os("KK_LAB_ENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo().join(".lab/env"));
-        let Some(env) = std::fs::read_to_string(&path).ok().map(|t| parse_env(&t)) else {
+        let Some((turn, path, env)) = take_lab(test, needs) else {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{test}: the lab is not running and CI=true (start it with testbed/lab up)");
             }
@@ -147,6 +246,9 @@ impl Lab {
             );
             return None;
         };
+        if let Some(reason) = BROKEN.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            panic!("{test}: the lab broke during an earlier test: {reason}");
+        }
         kk_live::install_crypto_provider();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -170,7 +272,8 @@ impl Lab {
             panic!("{test}: {reason}");
         }
         let mut lab = Lab {
-            _turn: turn,
+            turn,
+            env_file: path,
             env,
             client,
             rt,
@@ -180,7 +283,9 @@ impl Lab {
             began: Instant::now(),
             phases: Vec::new(),
         };
-        live(&format!("== {test} on the lab"));
+        let instance = lab.var("KK_LAB_INSTANCE");
+        let instance = if instance.is_empty() { "1" } else { &instance };
+        live(&format!("== {test} on the lab (lab {instance})"));
         lab.reset();
         live(&format!(
             "   set-up: reset {:.1}s",
@@ -188,6 +293,12 @@ impl Lab {
         ));
         lab.started = Instant::now();
         Some(lab)
+    }
+
+    /// The lab's state folder (`.lab`, `.lab2`, ...: `testbed/lab`), where its logs, pids and
+    /// seed are.
+    pub fn state(&self) -> PathBuf {
+        self.env_file.parent().unwrap().to_path_buf()
     }
 
     pub fn var(&self, key: &str) -> String {
@@ -281,11 +392,11 @@ impl Lab {
     /// rendered with the CLI; returns (spec path, bundle path).
     pub fn render(&self, edit: impl FnOnce(String) -> String) -> (PathBuf, PathBuf) {
         self.lab(&["spec"]);
-        let lab_spec = repo().join(".lab/spec.yaml");
+        let lab_spec = self.state().join("spec.yaml");
         let text = edit(std::fs::read_to_string(&lab_spec).unwrap());
         self.assert_vpc_endpoints(&text);
-        let spec = repo()
-            .join(".lab")
+        let spec = self
+            .state()
             .join(format!("spec-{}.yaml", std::process::id()));
         std::fs::write(&spec, text).unwrap();
         let bundle = self.dir.path().join("bundle");
@@ -371,7 +482,7 @@ impl Lab {
         if rotator {
             daemons.push(vec!["controller", bundle_path, controller]);
         }
-        let restart = RESTART_KARPENTER.swap(false, std::sync::atomic::Ordering::SeqCst);
+        let restart = std::mem::take(&mut slots()[self.turn.0].restart_karpenter);
         self.lab_together_with(
             &daemons,
             &[("KK_LAB_KARPENTER_RESTART", if restart { "1" } else { "" })],
@@ -589,7 +700,7 @@ impl Lab {
     /// unavailable after failed launches or a spot interruption, for minutes): the next test
     /// gets a fresh Karpenter.
     pub fn karpenter_remembers(&self) {
-        KARPENTER_REMEMBERS.store(true, std::sync::atomic::Ordering::SeqCst);
+        slots()[self.turn.0].karpenter_remembers = true;
     }
 
     /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
@@ -602,7 +713,7 @@ impl Lab {
     pub fn fault_with(&self, name: &str, content: &str) {
         // A deploy later in this test starts a fresh Karpenter too: the one running has
         // validated the node classes without the fault and keeps that result.
-        RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
+        slots()[self.turn.0].restart_karpenter = true;
         self.karpenter_remembers();
         std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), content).unwrap();
     }
@@ -632,8 +743,12 @@ impl Lab {
         // The Karpenter that ran under a fault or took a spot interruption remembers it
         // (offerings it marked unavailable), even when the test turned the fault off again:
         // this test gets a fresh one.
-        if KARPENTER_REMEMBERS.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            RESTART_KARPENTER.store(true, std::sync::atomic::Ordering::SeqCst);
+        {
+            let mut slots = slots();
+            let slot = &mut slots[self.turn.0];
+            if std::mem::take(&mut slot.karpenter_remembers) {
+                slot.restart_karpenter = true;
+            }
         }
         let mut steps = Steps::start();
         let rt = &self.rt;
@@ -746,7 +861,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        if std::thread::panicking() {
+            // A failed test may have left anything in its Karpenter's memory.
+            slots()[self.turn.0].restart_karpenter = true;
+        } else {
             Lab::passed();
         }
         // Where CI's time goes: each test's whole turn on the lab, its reset included.

@@ -44,6 +44,8 @@ ec2.create_tags(Resources=ids, Tags=[{'Key': 'karpenter.sh/discovery', 'Value': 
 /// conflict with the next test's apply of the lab spec).
 struct PutBack {
     env: Vec<(String, String)>,
+    /// The lab's state folder (its seed.json).
+    state: std::path::PathBuf,
     vpc: Option<String>,
     kubeadm_config: Option<String>,
     client: kube::Client,
@@ -88,7 +90,7 @@ impl Drop for PutBack {
         // lab's own state (which the doctor tests judge) has it untagged.
         let out = self.python(
             "import json\nseed = json.load(open(sys.argv[1]))\nec2.delete_tags(Resources=[seed['controlPlaneInstance']], Tags=[{'Key': 'kubernetes.io/cluster/lab'}])",
-            &[crate::harness::repo().join(".lab/seed.json").to_str().unwrap()],
+            &[self.state.join("seed.json").to_str().unwrap()],
         );
         if !out.status.success() {
             live(&format!(
@@ -117,6 +119,7 @@ fn a_kubean_built_cluster_is_adopted_by_discovery_alone_and_check_finds_what_cha
     };
     let mut put_back = PutBack {
         env: lab.env.clone(),
+        state: lab.state(),
         vpc: None,
         kubeadm_config: None,
         client: lab.client.clone(),
@@ -375,6 +378,7 @@ fn discovery_needs_only_the_permissions_it_prints_and_says_what_it_may_not_read(
     lab.lab(&["adopt"]);
     let _put_back = PutBack {
         env: lab.env.clone(),
+        state: lab.state(),
         vpc: None,
         kubeadm_config: None,
         client: lab.client.clone(),

@@ -476,7 +476,7 @@ fn doctor_fails_cluster_id_tag_and_infra_hop_limit_for_kubean_instances() {
         return;
     };
     let seed: Value =
-        serde_json::from_str(&std::fs::read_to_string(lab::repo().join(".lab/seed.json")).unwrap())
+        serde_json::from_str(&std::fs::read_to_string(lab.state().join("seed.json")).unwrap())
             .unwrap();
     let id = seed["controlPlaneInstance"].as_str().unwrap();
     // An earlier test may have adopted the lab, and its apply tagged the instance as the spec's

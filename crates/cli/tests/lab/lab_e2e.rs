@@ -510,6 +510,7 @@ fn lab_capacity_many_nodes() {
         (pods.len() == (wanted * 3) as usize && pods.iter().all(running)).then_some(())
     });
     let nodes = lab.nodes().len();
+    let state = format!("{}/", lab.state().display());
     let rss_kib: u64 = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -520,7 +521,7 @@ fn lab_capacity_many_nodes() {
         })
         .filter(|(p, _)| {
             std::fs::read(p.join("cmdline")).is_ok_and(|c| {
-                String::from_utf8_lossy(&c).contains("/.lab/")
+                String::from_utf8_lossy(&c).contains(&state)
                     || String::from_utf8_lossy(&c).contains("lab-kubelet")
             })
         })
@@ -638,7 +639,7 @@ fn the_controller_runs_from_the_images_binary_and_a_node_joins() {
     lab.deploy_with(&spec, &bundle, layout.to_str().unwrap());
 
     // The running controller is the image's binary, confined as its securityContext says.
-    let pids = std::fs::read_to_string(lab::repo().join(".lab/pids")).unwrap();
+    let pids = std::fs::read_to_string(lab.state().join("pids")).unwrap();
     let pid = pids
         .lines()
         .filter_map(|l| l.strip_prefix("controller "))
@@ -647,7 +648,7 @@ fn the_controller_runs_from_the_images_binary_and_a_node_joins() {
         .trim()
         .to_owned();
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    let image_bin = lab::repo().join(".lab/controller-image/rootfs/kubean-karpenter");
+    let image_bin = lab.state().join("controller-image/rootfs/kubean-karpenter");
     assert_eq!(
         exe, image_bin,
         "the controller process runs the image's binary"
@@ -667,7 +668,7 @@ fn the_controller_runs_from_the_images_binary_and_a_node_joins() {
     assert_eq!(line("CapPrm:"), ["0000000000000000"]);
     assert_eq!(line("NoNewPrivs:"), ["1"]);
     let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
-    assert_eq!(root, lab::repo().join(".lab/controller-image/rootfs"));
+    assert_eq!(root, lab.state().join("controller-image/rootfs"));
     // Its root is read-only: the mount it sees at / (mountinfo is relative to its root) says ro.
     let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     let root_mount = mounts

@@ -67,8 +67,8 @@ fn karpenter_killed_mid_launch_and_restarted_leaves_no_orphan_and_no_duplicate()
 }
 
 /// The lab processes (the pids file's lines) that are no longer running.
-fn dead_processes() -> Vec<String> {
-    let pids = std::fs::read_to_string(crate::harness::repo().join(".lab/pids")).unwrap();
+fn dead_processes(lab: &Lab) -> Vec<String> {
+    let pids = std::fs::read_to_string(lab.state().join("pids")).unwrap();
     pids.lines()
         .filter_map(|l| l.split_once(' '))
         .filter(|(_, pid)| !std::path::Path::new(&format!("/proc/{pid}")).exists())
@@ -108,7 +108,7 @@ fn apiserver_restarted_mid_launch_loses_no_pod_and_leaves_no_orphan() {
         restarted.elapsed().as_secs_f64()
     ));
     assert_eq!(
-        dead_processes(),
+        dead_processes(&lab),
         Vec::<String>::new(),
         "a lab process died across the API server's restart"
     );
@@ -126,7 +126,7 @@ fn insufficient_capacity_for_the_cheapest_type_falls_back_to_another_offering() 
     else {
         return;
     };
-    let log = crate::harness::repo().join(".lab/logs/moto.log");
+    let log = lab.state().join("logs/moto.log");
     let refusals = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()

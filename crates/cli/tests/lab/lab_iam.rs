@@ -157,8 +157,7 @@ fn refused(lab: &Lab, what: &str, token: &str) {
 
 /// The lab STS's refusals so far (one line each), to show which layer said no.
 fn sts_log(lab: &Lab) -> String {
-    let _ = lab;
-    std::fs::read_to_string(repo().join(".lab/logs/sts.log")).unwrap_or_default()
+    std::fs::read_to_string(lab.state().join("logs/sts.log")).unwrap_or_default()
 }
 
 fn decode(token: &str) -> String {
@@ -190,9 +189,9 @@ fn start_authenticator(lab: &Lab) {
 
 #[test]
 fn iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused() {
-    let Some(lab) =
-        Lab::require("iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused")
-    else {
+    let Some(lab) = Lab::require_token_webhook(
+        "iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused",
+    ) else {
         return;
     };
     start_authenticator(&lab);
@@ -399,7 +398,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[test]
 #[ignore]
 fn iam_webhook_latency() {
-    let Some(lab) = Lab::require("iam_webhook_latency") else {
+    let Some(lab) = Lab::require_token_webhook("iam_webhook_latency") else {
         return;
     };
     start_authenticator(&lab);
@@ -478,7 +477,7 @@ fn iam_webhook_latency() {
         sts_answers >= 1000,
         "only {sts_answers} STS calls: a cache answered"
     );
-    let pids = std::fs::read_to_string(repo().join(".lab/pids")).unwrap();
+    let pids = std::fs::read_to_string(lab.state().join("pids")).unwrap();
     let pid = pids
         .lines()
         .find_map(|l| l.strip_prefix("authenticator "))
@@ -505,7 +504,8 @@ fn iam_webhook_latency() {
 /// the NodeClaim becomes Registered and Initialized. No token, store or CSR is involved.
 #[test]
 fn a_karpenter_launched_iam_node_registers_and_initializes() {
-    let Some(mut lab) = Lab::require("a_karpenter_launched_iam_node_registers_and_initializes")
+    let Some(mut lab) =
+        Lab::require_token_webhook("a_karpenter_launched_iam_node_registers_and_initializes")
     else {
         return;
     };
@@ -552,7 +552,7 @@ fn a_karpenter_launched_iam_node_registers_and_initializes() {
         "no kubeadm on this image: {console}"
     );
     // The authenticator, not a bootstrap token or a certificate, let the kubelet in.
-    let log = std::fs::read_to_string(repo().join(".lab/logs/authenticator.log")).unwrap();
+    let log = std::fs::read_to_string(lab.state().join("logs/authenticator.log")).unwrap();
     assert!(
         log.contains(&format!("assumed-role/{NODE_ROLE}/{instance}")),
         "the authenticator never saw {instance}"

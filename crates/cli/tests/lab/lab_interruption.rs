@@ -244,8 +244,8 @@ print(a['ApproximateNumberOfMessages'], a['ApproximateNumberOfMessagesNotVisible
     (visible.parse().unwrap(), in_flight.parse().unwrap())
 }
 
-fn karpenter_log() -> String {
-    std::fs::read_to_string(lab::repo().join(".lab/logs/karpenter.log")).unwrap_or_default()
+fn karpenter_log(lab: &Lab) -> String {
+    std::fs::read_to_string(lab.state().join("logs/karpenter.log")).unwrap_or_default()
 }
 
 /// Events with `reason` about `object` (a NodeClaim or Node name).
@@ -542,7 +542,7 @@ fn interruption_rebalance_and_malformed_messages_disrupt_nothing_then_stopping_a
 
     // Nothing to act on: a rebalance recommendation (an event only), a Health event of another
     // category, a state change to `running`, and a message that is no event at all.
-    let logged_before = karpenter_log()
+    let logged_before = karpenter_log(&lab)
         .matches("failed parsing interruption message")
         .count();
     put_event(
@@ -579,7 +579,7 @@ sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName='{QUEUE}')['QueueUrl'], Me
         |l| (events_about(l, "SpotRebalanceRecommendation", &first.name) > 0).then_some(()),
     );
     assert!(
-        karpenter_log()
+        karpenter_log(&lab)
             .matches("failed parsing interruption message")
             .count()
             > logged_before,

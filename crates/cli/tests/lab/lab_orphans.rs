@@ -184,7 +184,7 @@ fn a_node_registered_again_with_a_terminated_instances_credentials_is_removed_an
         (cond.type_ == "Denied").then(|| cond.reason.unwrap_or_default())
     });
     assert_eq!(reason, "KubeanKarpenterRefused");
-    let metrics = scrape_approver();
+    let metrics = scrape_approver(&lab);
     let count = |series: &str| -> f64 {
         metrics
             .lines()
@@ -259,9 +259,8 @@ fn submit_token_csr(lab: &Lab, name: &str, instance: &str) {
 }
 
 /// The lab's CSR approver's /metrics (its address is the first line of its log).
-fn scrape_approver() -> String {
-    let env = std::path::PathBuf::from(std::env::var("KK_LAB_ENV").expect("KK_LAB_ENV"));
-    let log = env.parent().unwrap().join("logs/csr-approver.log");
+fn scrape_approver(lab: &Lab) -> String {
+    let log = lab.state().join("logs/csr-approver.log");
     let text = std::fs::read_to_string(&log).unwrap();
     let addr = text
         .lines()

@@ -1,7 +1,8 @@
 //! The end-to-end tests on the lab (`testbed/lab up`): a test binary apart from `it`, because
-//! its tests share one lab and must never overlap. `harness::Lab::require` holds a
-//! process-wide lock for the whole of a test, so a plain `cargo test` (several test threads)
-//! runs them one after another; other test binaries never touch the lab.
+//! its tests share the labs and two must never overlap on one. `harness::Lab::require` hands a
+//! test a lab of `KK_LAB_ENV` no other test holds and keeps it for the whole test, so with one
+//! lab a plain `cargo test` runs them one after another, with two (CI) two at a time; other
+//! test binaries never touch the lab.
 
 mod harness;
 mod lab_adopt;
