@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{
@@ -574,6 +574,24 @@ pub async fn cleanup(client: &Client, namespace: &str, run_id: &str) -> Vec<Stri
                 deleted.push(format!("Deployment {namespace}/{name}"));
             }
         }
+    }
+    // A ReplicaSet that has not yet seen the scale to zero replaces a pod deleted below, and the
+    // replacement outlives this run (seen on a loaded lab): wait, up to 30 s, until each of the
+    // run's ReplicaSets wants no pod or is being deleted (then it creates none).
+    let sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let Ok(list) = sets.list(&selector).await else {
+            break;
+        };
+        let settled = list.items.iter().all(|rs| {
+            rs.metadata.deletion_timestamp.is_some()
+                || rs.spec.as_ref().and_then(|s| s.replicas) == Some(0)
+        });
+        if settled {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     if let Ok(list) = pods.list(&selector).await {
