@@ -74,11 +74,22 @@ fn slots() -> std::sync::MutexGuard<'static, Vec<Slot>> {
 }
 
 /// A test's hold on one lab of the pool, given back when the test ends.
-struct Turn(usize);
+struct Turn {
+    slot: usize,
+    /// The lab's env file; its state folder is the folder it is in.
+    env_file: PathBuf,
+}
+
+impl Turn {
+    /// `change` applied to what the tests know of this lab.
+    fn update<R>(&self, change: impl FnOnce(&mut Slot) -> R) -> R {
+        change(&mut slots()[self.slot])
+    }
+}
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        slots()[self.0].busy = false;
+        self.update(|slot| slot.busy = false);
         pool().freed.notify_all();
     }
 }
@@ -93,7 +104,7 @@ enum Needs {
 
 /// Waits for a free lab of the pool that serves `needs` (its env file readable) and takes it;
 /// `None` when no lab of the pool is running.
-fn take_lab(test: &str, needs: Needs) -> Option<(Turn, PathBuf, Env)> {
+fn take_lab(test: &str, needs: Needs) -> Option<(Turn, Env)> {
     let mut slots = slots();
     loop {
         let mut running = false;
@@ -111,7 +122,11 @@ fn take_lab(test: &str, needs: Needs) -> Option<(Turn, PathBuf, Env)> {
             running |= serves;
             if serves && !slot.busy {
                 slot.busy = true;
-                return Some((Turn(i), slot.env.clone(), env));
+                let turn = Turn {
+                    slot: i,
+                    env_file: slot.env.clone(),
+                };
+                return Some((turn, env));
             }
         }
         if !running {
@@ -178,8 +193,6 @@ pub fn repo() -> PathBuf {
 
 pub struct Lab {
     turn: Turn,
-    /// Its env file; the state folder is the folder it is in.
-    env_file: PathBuf,
     pub env: Vec<(String, String)>,
     pub client: Client,
     pub rt: tokio::runtime::Runtime,
@@ -237,7 +250,7 @@ impl Lab {
                 default(info);
             }));
         });
-        let Some((turn, path, env)) = take_lab(test, needs) else {
+        let Some((turn, env)) = take_lab(test, needs) else {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{test}: the lab is not running and CI=true (start it with testbed/lab up)");
             }
@@ -267,13 +280,12 @@ impl Lab {
                 .unwrap();
             Client::try_from(cfg).unwrap()
         });
-        if let Some(reason) = dead_daemon(&path) {
+        if let Some(reason) = dead_daemon(&turn.env_file) {
             *BROKEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
             panic!("{test}: {reason}");
         }
         let mut lab = Lab {
             turn,
-            env_file: path,
             env,
             client,
             rt,
@@ -298,7 +310,14 @@ impl Lab {
     /// The lab's state folder (`.lab`, `.lab2`, ...: `testbed/lab`), where its logs, pids and
     /// seed are.
     pub fn state(&self) -> PathBuf {
-        self.env_file.parent().unwrap().to_path_buf()
+        self.turn.env_file.parent().unwrap().to_path_buf()
+    }
+
+    /// What the lab process `daemon` (the pids file's names: karpenter, sts, ...) has logged
+    /// so far; empty before it first ran.
+    pub fn log(&self, daemon: &str) -> String {
+        std::fs::read_to_string(self.state().join("logs").join(format!("{daemon}.log")))
+            .unwrap_or_default()
     }
 
     pub fn var(&self, key: &str) -> String {
@@ -482,7 +501,9 @@ impl Lab {
         if rotator {
             daemons.push(vec!["controller", bundle_path, controller]);
         }
-        let restart = std::mem::take(&mut slots()[self.turn.0].restart_karpenter);
+        let restart = self
+            .turn
+            .update(|slot| std::mem::take(&mut slot.restart_karpenter));
         self.lab_together_with(
             &daemons,
             &[("KK_LAB_KARPENTER_RESTART", if restart { "1" } else { "" })],
@@ -700,7 +721,7 @@ impl Lab {
     /// unavailable after failed launches or a spot interruption, for minutes): the next test
     /// gets a fresh Karpenter.
     pub fn karpenter_remembers(&self) {
-        slots()[self.turn.0].karpenter_remembers = true;
+        self.turn.update(|slot| slot.karpenter_remembers = true);
     }
 
     /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
@@ -713,7 +734,7 @@ impl Lab {
     pub fn fault_with(&self, name: &str, content: &str) {
         // A deploy later in this test starts a fresh Karpenter too: the one running has
         // validated the node classes without the fault and keeps that result.
-        slots()[self.turn.0].restart_karpenter = true;
+        self.turn.update(|slot| slot.restart_karpenter = true);
         self.karpenter_remembers();
         std::fs::write(Path::new(&self.var("KK_LAB_FAULTS")).join(name), content).unwrap();
     }
@@ -743,13 +764,11 @@ impl Lab {
         // The Karpenter that ran under a fault or took a spot interruption remembers it
         // (offerings it marked unavailable), even when the test turned the fault off again:
         // this test gets a fresh one.
-        {
-            let mut slots = slots();
-            let slot = &mut slots[self.turn.0];
+        self.turn.update(|slot| {
             if std::mem::take(&mut slot.karpenter_remembers) {
                 slot.restart_karpenter = true;
             }
-        }
+        });
         let mut steps = Steps::start();
         let rt = &self.rt;
         let pools = self.dynamic("karpenter.sh", "v1", "NodePool");
@@ -863,7 +882,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // A failed test may have left anything in its Karpenter's memory.
-            slots()[self.turn.0].restart_karpenter = true;
+            self.turn.update(|slot| slot.restart_karpenter = true);
         } else {
             Lab::passed();
         }

@@ -155,11 +155,6 @@ fn refused(lab: &Lab, what: &str, token: &str) {
     eprintln!("refused: {what}");
 }
 
-/// The lab STS's refusals so far (one line each), to show which layer said no.
-fn sts_log(lab: &Lab) -> String {
-    std::fs::read_to_string(lab.state().join("logs/sts.log")).unwrap_or_default()
-}
-
 fn decode(token: &str) -> String {
     use base64::Engine;
     let b = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -204,7 +199,7 @@ fn iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused() {
     let token = eks_get_token(&lab, &a, "lab");
     assert!(decode(&token).starts_with("https://sts.us-east-1.amazonaws.com/?"));
     let ok = review(&lab, &token);
-    assert_eq!(ok.authenticated, Some(true), "{ok:?}\n{}", sts_log(&lab));
+    assert_eq!(ok.authenticated, Some(true), "{ok:?}\n{}", lab.log("sts"));
     let user = ok.user.unwrap();
     assert_eq!(
         user.username.as_deref(),
@@ -291,7 +286,8 @@ fn iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused() {
         "another STS action",
         &encode(&url.replace("Action=GetCallerIdentity", "Action=AssumeRole")),
     );
-    let log = sts_log(&lab);
+    // The lab STS's refusals (one line each) show which layer said no.
+    let log = lab.log("sts");
     for code in ["SignatureDoesNotMatch", "InvalidClientTokenId"] {
         assert!(
             log.contains(code),
@@ -472,7 +468,7 @@ fn iam_webhook_latency() {
             times.last().unwrap().as_secs_f64() * 1e3
         );
     }
-    let sts_answers = sts_log(&lab).matches("answered").count();
+    let sts_answers = lab.log("sts").matches("answered").count();
     assert!(
         sts_answers >= 1000,
         "only {sts_answers} STS calls: a cache answered"

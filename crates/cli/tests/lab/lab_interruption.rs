@@ -244,10 +244,6 @@ print(a['ApproximateNumberOfMessages'], a['ApproximateNumberOfMessagesNotVisible
     (visible.parse().unwrap(), in_flight.parse().unwrap())
 }
 
-fn karpenter_log(lab: &Lab) -> String {
-    std::fs::read_to_string(lab.state().join("logs/karpenter.log")).unwrap_or_default()
-}
-
 /// Events with `reason` about `object` (a NodeClaim or Node name).
 fn events_about(lab: &Lab, reason: &str, object: &str) -> usize {
     let events: Api<Event> = Api::all(lab.client.clone());
@@ -542,7 +538,8 @@ fn interruption_rebalance_and_malformed_messages_disrupt_nothing_then_stopping_a
 
     // Nothing to act on: a rebalance recommendation (an event only), a Health event of another
     // category, a state change to `running`, and a message that is no event at all.
-    let logged_before = karpenter_log(&lab)
+    let logged_before = lab
+        .log("karpenter")
         .matches("failed parsing interruption message")
         .count();
     put_event(
@@ -579,7 +576,7 @@ sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName='{QUEUE}')['QueueUrl'], Me
         |l| (events_about(l, "SpotRebalanceRecommendation", &first.name) > 0).then_some(()),
     );
     assert!(
-        karpenter_log(&lab)
+        lab.log("karpenter")
             .matches("failed parsing interruption message")
             .count()
             > logged_before,

@@ -238,16 +238,12 @@ fn wait_listed(lab: &mut Lab, id: &str) {
                         .is_some_and(|rs| rs.iter().any(|r| r["id"] == id))
                 })
                 .filter(|_| {
-                    karpenter_log(l)
+                    l.log("karpenter")
                         .lines()
                         .any(|l| l.contains("discovered capacity reservations") && l.contains(id))
                 })
         },
     );
-}
-
-fn karpenter_log(lab: &Lab) -> String {
-    std::fs::read_to_string(lab.state().join("logs/karpenter.log")).unwrap_or_default()
 }
 
 /// The instance's reservation id and reservation preference, in moto.
@@ -431,7 +427,7 @@ fn reservation_filled_by_another_launch_fails_the_reserved_launch_and_karpenter_
          print(out['Instances'][0]['InstanceIds'][0])"
     ));
     assert_eq!(reservation(&lab, &id)["AvailableInstanceCount"], 0);
-    let log_from = karpenter_log(&lab).len();
+    let log_from = lab.log("karpenter").len();
 
     create_pod(
         &lab,
@@ -446,7 +442,7 @@ fn reservation_filled_by_another_launch_fails_the_reserved_launch_and_karpenter_
         4 * MIN,
         |l| running_on(l, "train-0"),
     );
-    let log = karpenter_log(&lab);
+    let log = lab.log("karpenter");
     let since = log.get(log_from..).unwrap_or_default();
     assert!(
         since.contains("ReservationCapacityExceeded"),
