@@ -184,6 +184,14 @@ const TERMINATE_LEAKED: &str = "ids = [i['InstanceId']
 if ids:
     ec2.terminate_instances(InstanceIds=ids)";
 
+/// Karpenter's instances that are pending or running, comma-separated.
+const LIVE_INSTANCES: &str = "ids = [i['InstanceId']
+       for page in ec2.get_paginator('describe_instances').paginate(
+           Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']},
+                    {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])
+       for r in page['Reservations'] for i in r['Instances']]
+print(', '.join(ids))";
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -482,6 +490,18 @@ impl Lab {
         self.apply_json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubean-system"}}));
         let kubeconfig = self.var("KUBECONFIG");
         let mut steps = Steps::start();
+        let restart = self
+            .turn
+            .update(|slot| std::mem::take(&mut slot.restart_karpenter));
+        if restart {
+            // The Karpenter to be replaced is stopped before the apply, so it cannot plan the
+            // bundle's pools and pending pods with what it remembers (the new one starts
+            // below). Not running (a first deploy, a test that killed it) is fine.
+            let _ = self
+                .command(repo().join("testbed/lab"))
+                .args(["signal", "karpenter", "KILL"])
+                .output();
+        }
         // The AWS side in moto (on top of what the lab seeded: the interruption queue and its
         // rules among it) before Karpenter starts, so it finds its queue at once; Karpenter
         // runs as a process, not a Helm release.
@@ -501,9 +521,6 @@ impl Lab {
         if rotator {
             daemons.push(vec!["controller", bundle_path, controller]);
         }
-        let restart = self
-            .turn
-            .update(|slot| std::mem::take(&mut slot.restart_karpenter));
         self.lab_together_with(
             &daemons,
             &[("KK_LAB_KARPENTER_RESTART", if restart { "1" } else { "" })],
@@ -724,6 +741,13 @@ impl Lab {
         self.turn.update(|slot| slot.karpenter_remembers = true);
     }
 
+    /// This test's next deploy starts a fresh Karpenter instead of keeping the running one:
+    /// for a test whose first batch must be planned with what the deploy applies (a running
+    /// Karpenter may plan the pods already pending before it has read a new NodeOverlay).
+    pub fn fresh_karpenter(&self) {
+        self.turn.update(|slot| slot.restart_karpenter = true);
+    }
+
     /// Turns on one of the lab's faults (testbed/README.md) until the next [`Lab::reset`].
     pub fn fault(&self, name: &str) {
         self.fault_with(name, "");
@@ -873,8 +897,121 @@ impl Lab {
         // The next deploy waits for its own rotator to publish the join configuration.
         self.aws(DELETE_STORES);
         steps.took("Nodes and stores");
+        self.prove_empty(deadline);
+        steps.took("proved empty");
         live(&format!("   reset: {steps}"));
         self.phases.clear();
+    }
+
+    /// What a test could see of an earlier one: NodeClaims, Nodes, Karpenter instances that
+    /// are pending or running in moto, booted instances, pods in `default`. Empty on a clean lab.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        let names = |items: Vec<Option<String>>| {
+            items
+                .into_iter()
+                .map(Option::unwrap_or_default)
+                .collect::<Vec<_>>()
+        };
+        let claims = names(
+            self.nodeclaims()
+                .into_iter()
+                .map(|c| c.metadata.name)
+                .collect(),
+        );
+        if !claims.is_empty() {
+            left.push(format!("NodeClaims {claims:?}"));
+        }
+        let nodes = names(self.nodes().into_iter().map(|n| n.metadata.name).collect());
+        if !nodes.is_empty() {
+            left.push(format!("Nodes {nodes:?}"));
+        }
+        let pods = names(
+            self.pods("default")
+                .into_iter()
+                .map(|p| p.metadata.name)
+                .collect(),
+        );
+        if !pods.is_empty() {
+            left.push(format!("pods in default {pods:?}"));
+        }
+        let instances = self.aws(LIVE_INSTANCES);
+        if !instances.is_empty() {
+            left.push(format!(
+                "instances pending or running in moto [{instances}]"
+            ));
+        }
+        let booted = booted_instances(&self.var("KK_LAB_NETNS_PREFIX"));
+        if !booted.is_empty() {
+            left.push(format!("booted instances (network namespaces) {booted:?}"));
+        }
+        left
+    }
+
+    /// The reset's last step: the lab is seen empty twice, 2 s apart (an instance whose
+    /// CreateFleet was in flight, or a kubelet that re-registered its Node, shows up in that
+    /// time). What is found is cleaned again; what is still there at `deadline` fails the
+    /// test here, by name, instead of surfacing as an earlier test's node in a later test.
+    fn prove_empty(&self, deadline: Instant) {
+        let mut clean_checks = 0;
+        loop {
+            let left = self.leftovers();
+            if left.is_empty() {
+                clean_checks += 1;
+                if clean_checks == 2 {
+                    return;
+                }
+            } else {
+                clean_checks = 0;
+                assert!(
+                    Instant::now() < deadline,
+                    "reset: the lab is not empty after 180s: {}\n{}",
+                    left.join("; "),
+                    self.diagnose()
+                );
+                live(&format!(
+                    "   reset: still there, cleaning again: {}",
+                    left.join("; ")
+                ));
+                self.clean_again();
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+
+    /// The reset's deletes once more, for what appeared after them.
+    fn clean_again(&self) {
+        self.aws(TERMINATE_LEAKED);
+        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        let claims = self.dynamic("karpenter.sh", "v1", "NodeClaim");
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        self.rt.block_on(async {
+            let _ = claims
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+            let _ = pods
+                .delete_collection(
+                    &DeleteParams::default().grace_period(0),
+                    &ListParams::default(),
+                )
+                .await;
+            let _ = nodes
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+        });
+        for claim in self.nodeclaims() {
+            let name = claim.metadata.name.unwrap_or_default();
+            let _ = self
+                .rt
+                .block_on(claims.patch(&name, &PatchParams::default(), &release));
+        }
+        for node in self.nodes() {
+            let name = node.metadata.name.unwrap_or_default();
+            let _ = self
+                .rt
+                .block_on(nodes.patch(&name, &PatchParams::default(), &release));
+        }
     }
 }
 

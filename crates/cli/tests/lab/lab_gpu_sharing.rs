@@ -168,8 +168,11 @@ fn operator_stack_packs_four_time_sliced_pods_on_one_gpu_node_and_a_static_pool_
         !bundle.join("gpu/nvidia-device-plugin.yaml").exists(),
         "the operator stack has no bare device plugin"
     );
-    // Pending before Karpenter starts, so its first batch holds all four GPU pods.
+    // Pending before Karpenter starts, so its first batch holds all four GPU pods. A fresh
+    // Karpenter: one kept from an earlier test planned the pods pending at deploy before it
+    // had read the new NodeOverlay, one NodeClaim per pod (a loaded cold CI run, 2026-12-07).
     gpu_deployment(&lab, 3);
+    lab.fresh_karpenter();
     lab.deploy(&spec, &bundle);
     operator_stand_in(&lab, &bundle);
 
