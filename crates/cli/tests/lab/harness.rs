@@ -467,7 +467,7 @@ impl Lab {
         let (spec, bundle) = lab.render(edit);
         let deploying = Instant::now();
         lab.deploy(&spec, &bundle);
-        // Where a lab test's fixed cost goes (CI time: docs/architecture.md).
+        // Where a lab test's fixed cost goes (docs/internals/ci.md).
         live(&format!(
             "   set-up: render {:.1}s, deploy {:.1}s",
             (deploying - rendering).as_secs_f64(),
