@@ -188,11 +188,7 @@ impl Object {
 
     /// The line the object starts on (its first key), for object-level suppressions.
     pub fn first_line(&self) -> usize {
-        self.doc
-            .positions
-            .get(&FieldPath::root())
-            .map(|p| p.line)
-            .unwrap_or(self.doc.start.line)
+        self.doc.pos(&FieldPath::root()).line
     }
 
     pub fn value(&self, path: &FieldPath) -> Option<&Value> {
@@ -235,7 +231,7 @@ impl Budget {
             }
             e
         })?;
-        let used: usize = docs.iter().map(|d| d.positions.len()).sum();
+        let used: usize = docs.iter().map(Document::values).sum();
         self.values_left = self.values_left.saturating_sub(used);
         Ok(docs)
     }
@@ -449,13 +445,7 @@ fn embedded_doc(
         )
     })?;
     Ok(docs.into_iter().next().map(|mut doc| {
-        for pos in doc.positions.values_mut() {
-            *pos = map.pos(*pos);
-        }
-        for pos in doc.key_positions.values_mut() {
-            *pos = map.pos(*pos);
-        }
-        doc.start = map.pos(doc.start);
+        doc.move_positions(|pos| map.pos(pos));
         doc
     }))
 }

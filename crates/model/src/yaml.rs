@@ -2,15 +2,16 @@
 //!
 //! Kubernetes tooling thinks in JSON (the apiserver, CEL, the CRD schemas), while
 //! people write YAML and want errors that point at a line. So we parse YAML events
-//! ourselves, build `serde_json::Value`s and keep a side table from field path to
-//! source position. Limits on size, depth and alias expansion keep hostile input
-//! (alias bombs, deep nesting) to one clear error.
+//! ourselves, build `serde_json::Value`s and keep a side table of where each value was
+//! written, found by walking a field path. Limits on size, depth and alias expansion keep
+//! hostile input (alias bombs, deep nesting) to one clear error, and the side table holds one
+//! entry per value written, not per copy an alias makes, so it grows with the text.
 //!
 //! The side table costs more than the parse on a large cluster dump, and only errors read
 //! it: [`load_documents_unlocated`] reads without it (a JSON text through `serde_json`), for
 //! readers that read again with [`load_documents`] when they have something to report.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
@@ -45,10 +46,11 @@ pub struct LoadLimits {
     pub max_bytes: usize,
     /// Deepest nesting of mappings and sequences.
     pub max_depth: usize,
-    /// Most values built in total, counting every alias expansion.
+    /// Most values built in total, counting every alias expansion and the copy each anchor
+    /// keeps for its aliases.
     pub max_nodes: usize,
-    /// Most bytes of scalars and keys built in total, counting every alias expansion: one
-    /// large scalar aliased many times is few values but many bytes.
+    /// Most bytes of scalars and keys built in total, counted as values are: one large scalar
+    /// aliased many times is few values but many bytes.
     pub max_expanded_bytes: usize,
 }
 
@@ -67,15 +69,11 @@ impl Default for LoadLimits {
 #[derive(Debug, Clone)]
 pub struct Document {
     pub value: Value,
-    /// Position of the value at each path (the root path maps to the document start).
-    pub positions: BTreeMap<FieldPath, Pos>,
-    /// Position of the key of each mapping entry, for "unknown field" style errors.
-    pub key_positions: BTreeMap<FieldPath, Pos>,
     /// The document's first position, for errors about the whole document.
     pub start: Pos,
-    /// Where each scalar value was written, as a character range of the source (quotes
-    /// included), for tools that edit one value in place ([`Document::scalar_byte_range`]).
-    pub scalar_spans: BTreeMap<FieldPath, std::ops::Range<usize>>,
+    /// Where each value, key and scalar was written ([`Document::pos`], [`Document::key_pos`],
+    /// [`Document::scalar_byte_range`]); empty when read without positions.
+    located: Located,
 }
 
 impl Document {
@@ -84,10 +82,33 @@ impl Document {
     pub fn parsed(value: Value) -> Document {
         Document {
             value,
-            positions: BTreeMap::new(),
-            key_positions: BTreeMap::new(),
             start: Pos { line: 1, col: 1 },
-            scalar_spans: BTreeMap::new(),
+            located: Located::default(),
+        }
+    }
+
+    /// How many values the document holds, each copy an alias made included: what the
+    /// loader's value budget counts.
+    pub fn values(&self) -> usize {
+        fn count(value: &Value) -> usize {
+            1 + match value {
+                Value::Array(items) => items.iter().map(count).sum(),
+                Value::Object(map) => map.values().map(count).sum(),
+                _ => 0,
+            }
+        }
+        count(&self.value)
+    }
+
+    /// Moves every recorded position with `to` (YAML embedded in a string value, whose
+    /// positions are relative to the string, onto the lines of the file that holds it).
+    pub fn move_positions(&mut self, to: impl Fn(Pos) -> Pos) {
+        self.start = to(self.start);
+        for node in &mut self.located.nodes {
+            node.pos = Pos32::of(to(node.pos.get()));
+            if node.key_pos != Pos32::NONE {
+                node.key_pos = Pos32::of(to(node.key_pos.get()));
+            }
         }
     }
 
@@ -99,7 +120,11 @@ impl Document {
         text: &str,
         path: &FieldPath,
     ) -> Option<std::ops::Range<usize>> {
-        let chars = self.scalar_spans.get(path)?;
+        let (node, whole) = self.located.find(path)?;
+        let chars = match (whole, node.span) {
+            (true, Some((start, end))) => start as usize..end as usize,
+            _ => return None,
+        };
         let mut offsets = text
             .char_indices()
             .map(|(byte, _)| byte)
@@ -150,22 +175,118 @@ impl Document {
 
     /// The position of `path`, or of the nearest ancestor that has one.
     pub fn pos(&self, path: &FieldPath) -> Pos {
-        let mut current = Some(path.clone());
-        while let Some(path) = current {
-            if let Some(pos) = self.positions.get(&path) {
-                return *pos;
-            }
-            current = path.parent();
-        }
-        self.start
+        self.located
+            .find(path)
+            .map_or(self.start, |(node, _)| node.pos.get())
     }
 
     /// Where the key of `path` is written, falling back to its value.
     pub fn key_pos(&self, path: &FieldPath) -> Pos {
-        self.key_positions
-            .get(path)
-            .copied()
-            .unwrap_or_else(|| self.pos(path))
+        match self.located.find(path) {
+            Some((node, true)) if node.key_pos != Pos32::NONE => node.key_pos.get(),
+            Some((node, _)) => node.pos.get(),
+            None => self.start,
+        }
+    }
+}
+
+/// Where the values of a document were written: one node for each value the parser read, not
+/// for each copy an alias made, each holding its children (no path), so the table grows with the
+/// input and not with what its aliases expand to. (A table keyed by full paths held a copy of the
+/// path for every value: 58 nested keys of 1,000 characters over 1.9 million aliased values asked
+/// for ~110 GB from a 69 KB text.)
+#[derive(Debug, Clone, Default)]
+struct Located {
+    /// In document order; the root is the first.
+    nodes: Vec<Node>,
+    /// The children of each container, in `Node::children` ranges: a sequence's in order, a
+    /// mapping's sorted by key id.
+    slots: Vec<Slot>,
+    /// Each distinct mapping key once, with its id.
+    keys: HashMap<Box<str>, u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    pos: Pos32,
+    /// Where the key is written, for a mapping's value; [`Pos32::NONE`] otherwise.
+    key_pos: Pos32,
+    /// The scalar's character range in the source, for a scalar written there (not an alias).
+    span: Option<(u32, u32)>,
+    /// Start and length in [`Located::slots`]; empty for scalars and aliases, whose copies are
+    /// located at the alias.
+    children: (u32, u32),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// The key's id, or [`NO_KEY`] in a sequence.
+    key: u32,
+    node: u32,
+}
+
+const NO_KEY: u32 = u32::MAX;
+
+/// A position in half the space; lines and columns past `u32::MAX` (inputs over 4 GiB, far
+/// over any reader's limit) read as `u32::MAX`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos32 {
+    line: u32,
+    col: u32,
+}
+
+impl Pos32 {
+    const NONE: Pos32 = Pos32 { line: 0, col: 0 };
+
+    fn of(pos: Pos) -> Pos32 {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Pos32 {
+            line: narrow(pos.line),
+            col: narrow(pos.col),
+        }
+    }
+
+    fn get(self) -> Pos {
+        Pos {
+            line: self.line as usize,
+            col: self.col as usize,
+        }
+    }
+}
+
+impl Located {
+    /// The deepest node on `path`, and whether it is the path's own (not an ancestor's, as for
+    /// a value an alias copied); `None` when nothing was recorded.
+    fn find(&self, path: &FieldPath) -> Option<(&Node, bool)> {
+        let mut node = self.nodes.first()?;
+        for seg in &path.0 {
+            let (start, len) = node.children;
+            let children = &self.slots[start as usize..][..len as usize];
+            let slot = match seg {
+                PathSeg::Index(i) => children.get(*i).filter(|s| s.key == NO_KEY),
+                PathSeg::Key(k) => self.keys.get(k.as_str()).and_then(|id| {
+                    children
+                        .binary_search_by_key(id, |s| s.key)
+                        .ok()
+                        .map(|i| &children[i])
+                }),
+            };
+            match slot {
+                Some(slot) => node = &self.nodes[slot.node as usize],
+                None => return Some((node, false)),
+            }
+        }
+        Some((node, true))
+    }
+
+    /// The key's id, storing the key the first time it is seen.
+    fn key(&mut self, key: &str) -> u32 {
+        if let Some(&id) = self.keys.get(key) {
+            return id;
+        }
+        let id = u32::try_from(self.keys.len()).unwrap_or(NO_KEY - 1);
+        self.keys.insert(key.into(), id);
+        id
     }
 }
 
@@ -182,7 +303,7 @@ pub fn load_documents(text: &str, limits: LoadLimits) -> Result<Vec<Document>, Y
     load_with(text, limits, true)
 }
 
-/// [`load_documents`] without the tables of positions, key positions and scalar spans: every
+/// [`load_documents`] without the table of positions, key positions and scalar spans: every
 /// field is located at its document's start. A text that is one JSON value (a `kubectl get
 /// -o json` dump) is read by the JSON parser, about twenty times faster than the YAML one;
 /// anything else, and any JSON it refuses, by the YAML loader. The same values and the same
@@ -220,7 +341,9 @@ fn load_with(text: &str, limits: LoadLimits, locate: bool) -> Result<Vec<Documen
         nodes: 0,
         bytes: 0,
         anchors: HashMap::new(),
+        held: (0, 0),
         locate,
+        pending: Vec::new(),
     };
     builder.stream()
 }
@@ -231,10 +354,14 @@ struct Builder<'a> {
     nodes: usize,
     /// Bytes of scalars and keys built so far, alias expansions included.
     bytes: usize,
-    /// Anchored values with their positions relative to the anchor, for alias expansion.
+    /// Anchored values, for alias expansion.
     anchors: HashMap<usize, Anchored>,
-    /// Whether to fill the tables (and build each value's path for them).
+    /// Values and bytes of the anchored copies, counted against the same budgets.
+    held: (usize, usize),
+    /// Whether to fill the table of positions.
     locate: bool,
+    /// The children of the containers being read, innermost last, while the table is filled.
+    pending: Vec<Slot>,
 }
 
 #[derive(Clone)]
@@ -243,12 +370,6 @@ struct Anchored {
     /// Values and bytes one expansion adds.
     size: usize,
     bytes: usize,
-}
-
-struct Tables {
-    positions: BTreeMap<FieldPath, Pos>,
-    key_positions: BTreeMap<FieldPath, Pos>,
-    scalar_spans: BTreeMap<FieldPath, std::ops::Range<usize>>,
 }
 
 impl<'a> Builder<'a> {
@@ -278,17 +399,14 @@ impl<'a> Builder<'a> {
                 Event::StreamEnd => return Ok(docs),
                 Event::DocumentStart(_) => {
                     self.anchors.clear();
+                    self.held = (0, 0);
                     let start = pos_of(&span);
-                    let mut tables = Tables {
-                        positions: BTreeMap::new(),
-                        key_positions: BTreeMap::new(),
-                        scalar_spans: BTreeMap::new(),
-                    };
+                    let mut located = Located::default();
                     let (first, first_span) = self.next()?;
                     if matches!(first, Event::DocumentEnd) {
                         continue;
                     }
-                    let value = self.node(first, first_span, &FieldPath::root(), 0, &mut tables)?;
+                    let value = self.node(first, first_span, 0, &mut located)?;
                     let (end, end_span) = self.next()?;
                     if !matches!(end, Event::DocumentEnd) {
                         return Err(YamlError {
@@ -301,10 +419,8 @@ impl<'a> Builder<'a> {
                     }
                     docs.push(Document {
                         value,
-                        positions: tables.positions,
-                        key_positions: tables.key_positions,
                         start,
-                        scalar_spans: tables.scalar_spans,
+                        located,
                     });
                 }
                 other => {
@@ -317,19 +433,24 @@ impl<'a> Builder<'a> {
         }
     }
 
-    /// A child's path, when the tables are filled (building it allocates).
-    fn child(&self, path: impl FnOnce() -> FieldPath) -> FieldPath {
-        if self.locate {
-            path()
-        } else {
-            FieldPath::root()
+    /// Gives node `id` the children read since `first_pending`, a mapping's sorted by key.
+    fn adopt(&mut self, id: usize, first_pending: usize, mapping: bool, located: &mut Located) {
+        if !self.locate {
+            return;
         }
+        if mapping {
+            // Keys are distinct (duplicates are refused), so the order is total.
+            self.pending[first_pending..].sort_unstable_by_key(|slot| slot.key);
+        }
+        let start = id32(located.slots.len());
+        located.slots.extend(self.pending.drain(first_pending..));
+        located.nodes[id].children = (start, id32(located.slots.len()) - start);
     }
 
     fn count(&mut self, added: usize, added_bytes: usize, span: &Span) -> Result<(), YamlError> {
         self.nodes = self.nodes.saturating_add(added);
         self.bytes = self.bytes.saturating_add(added_bytes);
-        if self.nodes > self.limits.max_nodes {
+        if self.nodes.saturating_add(self.held.0) > self.limits.max_nodes {
             return Err(YamlError {
                 pos: pos_of(span),
                 message: format!(
@@ -338,7 +459,7 @@ impl<'a> Builder<'a> {
                 ),
             });
         }
-        if self.bytes > self.limits.max_expanded_bytes {
+        if self.bytes.saturating_add(self.held.1) > self.limits.max_expanded_bytes {
             return Err(YamlError {
                 pos: pos_of(span),
                 message: format!(
@@ -354,9 +475,8 @@ impl<'a> Builder<'a> {
         &mut self,
         event: Event<'a>,
         span: Span,
-        path: &FieldPath,
         depth: usize,
-        tables: &mut Tables,
+        located: &mut Located,
     ) -> Result<Value, YamlError> {
         if depth > self.limits.max_depth {
             return Err(YamlError {
@@ -364,8 +484,15 @@ impl<'a> Builder<'a> {
                 message: format!("nesting deeper than {} levels", self.limits.max_depth),
             });
         }
+        // This node's id: the table is in document order, a node before its children.
+        let id = located.nodes.len();
         if self.locate {
-            tables.positions.insert(path.clone(), pos_of(&span));
+            located.nodes.push(Node {
+                pos: Pos32::of(pos_of(&span)),
+                key_pos: Pos32::NONE,
+                span: None,
+                children: (0, 0),
+            });
         }
         let (start_nodes, start_bytes) = (self.nodes, self.bytes);
         let scalar_bytes = match &event {
@@ -376,27 +503,33 @@ impl<'a> Builder<'a> {
         let (value, anchor) = match event {
             Event::Scalar(text, style, anchor, tag) => {
                 if self.locate {
-                    tables
-                        .scalar_spans
-                        .insert(path.clone(), span.start.index()..span.end.index());
+                    located.nodes[id].span = u32::try_from(span.start.index())
+                        .ok()
+                        .zip(u32::try_from(span.end.index()).ok());
                 }
                 let tag = tag.map(|t| t.suffix.clone());
                 (scalar(&text, style, tag.as_deref()), anchor)
             }
             Event::SequenceStart(anchor, _) => {
                 let mut items = Vec::new();
+                let first_pending = self.pending.len();
                 loop {
                     let (event, span) = self.next()?;
                     if matches!(event, Event::SequenceEnd) {
                         break;
                     }
-                    let child = self.child(|| path.index(items.len()));
-                    items.push(self.node(event, span, &child, depth + 1, tables)?);
+                    if self.locate {
+                        let node = id32(located.nodes.len());
+                        self.pending.push(Slot { key: NO_KEY, node });
+                    }
+                    items.push(self.node(event, span, depth + 1, located)?);
                 }
+                self.adopt(id, first_pending, false, located);
                 (Value::Array(items), anchor)
             }
             Event::MappingStart(anchor, _) => {
                 let mut map = Map::new();
+                let first_pending = self.pending.len();
                 loop {
                     let (event, key_span) = self.next()?;
                     if matches!(event, Event::MappingEnd) {
@@ -430,20 +563,26 @@ impl<'a> Builder<'a> {
                         });
                     }
                     self.count(0, key.len(), &key_span)?;
-                    let child = self.child(|| path.key(&key));
+                    let child = located.nodes.len();
                     if self.locate {
-                        tables
-                            .key_positions
-                            .insert(child.clone(), pos_of(&key_span));
+                        let key = located.key(&key);
+                        self.pending.push(Slot {
+                            key,
+                            node: id32(child),
+                        });
                     }
                     let (event, span) = self.next()?;
-                    let value = self.node(event, span, &child, depth + 1, tables)?;
+                    let value = self.node(event, span, depth + 1, located)?;
+                    if self.locate {
+                        located.nodes[child].key_pos = Pos32::of(pos_of(&key_span));
+                    }
                     map.insert(key, value);
                 }
+                self.adopt(id, first_pending, true, located);
                 (Value::Object(map), anchor)
             }
-            Event::Alias(id) => {
-                let Some(anchored) = self.anchors.get(&id) else {
+            Event::Alias(alias) => {
+                let Some(anchored) = self.anchors.get(&alias) else {
                     return Err(YamlError {
                         pos: pos_of(&span),
                         message: "alias to an unknown anchor".into(),
@@ -458,11 +597,8 @@ impl<'a> Builder<'a> {
                 // Counted before the copy is made: a refused expansion allocates nothing.
                 let (size, bytes) = (anchored.size, anchored.bytes);
                 self.count(size, bytes, &span)?;
-                let value = self.anchors[&id].value.clone();
-                if self.locate {
-                    record_positions(&value, path, pos_of(&span), tables);
-                }
-                return Ok(value);
+                // The copy's values are located at the alias: its node has no children.
+                return Ok(self.anchors[&alias].value.clone());
             }
             other => {
                 return Err(YamlError {
@@ -474,6 +610,13 @@ impl<'a> Builder<'a> {
         if anchor > 0 {
             let size = self.nodes - start_nodes;
             let bytes = self.bytes - start_bytes;
+            // The anchor's copy is held too: anchors nested 60 deep around a large value would
+            // otherwise hold 60 uncounted copies of it.
+            self.held = (
+                self.held.0.saturating_add(size),
+                self.held.1.saturating_add(bytes),
+            );
+            self.count(0, 0, &span)?;
             self.anchors.insert(
                 anchor,
                 Anchored {
@@ -487,22 +630,9 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Values copied in by an alias all point at the alias itself.
-fn record_positions(value: &Value, path: &FieldPath, pos: Pos, tables: &mut Tables) {
-    tables.positions.insert(path.clone(), pos);
-    match value {
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                record_positions(item, &path.index(i), pos, tables);
-            }
-        }
-        Value::Object(map) => {
-            for (k, v) in map {
-                record_positions(v, &path.key(k), pos, tables);
-            }
-        }
-        _ => {}
-    }
+/// A node id in the table's width; the value budget keeps ids far below `u32::MAX`.
+fn id32(id: usize) -> u32 {
+    u32::try_from(id).unwrap_or(u32::MAX)
 }
 
 /// JSON text as the YAML loader would read it, or `None` for the YAML loader to read (and
@@ -785,10 +915,11 @@ mod tests {
         let unlocated = load_documents_unlocated(text, LoadLimits::default()).unwrap();
         let values = |d: &[Document]| d.iter().map(|d| d.value.clone()).collect::<Vec<_>>();
         assert_eq!(values(&located), values(&unlocated));
-        assert!(located[0].positions.len() > 5);
+        assert!(located[0].located.nodes.len() > 5);
         for d in &unlocated {
-            assert!(d.positions.is_empty() && d.key_positions.is_empty());
-            assert!(d.scalar_spans.is_empty());
+            assert!(d.located.nodes.is_empty() && d.located.slots.is_empty());
+            assert_eq!(d.pos(&FieldPath::parse("a.b[1]")), d.start);
+            assert_eq!(d.key_pos(&FieldPath::parse("a")), d.start);
         }
         assert_eq!(unlocated[1].start, located[1].start);
     }
@@ -829,6 +960,92 @@ mod tests {
         );
         assert_eq!(docs[1].value, json!({"c": true}));
         assert_eq!(docs[1].pos(&FieldPath::parse("c")).line, 8);
+    }
+
+    #[test]
+    fn aliased_values_are_located_at_the_alias_and_keys_where_written() {
+        let text = "base: &b\n  x: [1, {y: 2}]\nother: *b\nlist:\n  - q\n  - *b\n";
+        let doc = load(text).unwrap().remove(0);
+        let at = |p: &str| doc.pos(&FieldPath::parse(p));
+        assert_eq!(at(""), Pos { line: 1, col: 1 });
+        assert_eq!(at("base.x[1].y"), Pos { line: 2, col: 14 });
+        assert_eq!(
+            doc.key_pos(&FieldPath::parse("base.x[1].y")),
+            Pos { line: 2, col: 11 }
+        );
+        // Every value an alias copied is where the alias is written.
+        assert_eq!(at("other"), Pos { line: 3, col: 8 });
+        assert_eq!(at("other.x[1].y"), Pos { line: 3, col: 8 });
+        assert_eq!(at("list[1].x"), Pos { line: 6, col: 5 });
+        assert_eq!(
+            doc.key_pos(&FieldPath::parse("other.x")),
+            Pos { line: 3, col: 8 }
+        );
+        // A path that is not in the document: its nearest ancestor that is.
+        assert_eq!(at("base.x[7].z"), Pos { line: 2, col: 6 });
+        // (An anchored value starts at its anchor.)
+        assert_eq!(at("base.nope"), Pos { line: 1, col: 7 });
+        assert_eq!(at("list.q"), Pos { line: 5, col: 3 });
+        assert_eq!(at("base[0]"), Pos { line: 1, col: 7 });
+        assert_eq!(
+            doc.key_pos(&FieldPath::parse("list")),
+            Pos { line: 4, col: 1 }
+        );
+        assert_eq!(
+            doc.key_pos(&FieldPath::parse("base.x")),
+            Pos { line: 2, col: 3 }
+        );
+        // The table holds what was written: 18 values, 10 nodes (an alias is one).
+        assert_eq!(doc.values(), 18);
+        assert_eq!(doc.located.nodes.len(), 10);
+    }
+
+    #[test]
+    fn moved_positions_move_values_keys_and_the_start() {
+        let mut doc = load("a:\n  b: 1\n").unwrap().remove(0);
+        doc.move_positions(|p| Pos {
+            line: p.line + 10,
+            col: p.col + 4,
+        });
+        assert_eq!(doc.pos(&FieldPath::parse("a.b")), Pos { line: 12, col: 10 });
+        assert_eq!(
+            doc.key_pos(&FieldPath::parse("a.b")),
+            Pos { line: 12, col: 7 }
+        );
+        assert_eq!(doc.start.line, 11);
+    }
+
+    /// The attack: anchors nested 60 deep around 1.9 million aliased values, each anchor
+    /// holding its own copy for its aliases (60 copies, ~9 GB, that no budget counted). The
+    /// copies count now, and the innermost anchor is refused.
+    #[test]
+    fn nested_anchors_count_their_copies() {
+        let mut text = String::from("big: &b [");
+        text.push_str(&vec!["0"; 1_000].join(","));
+        text.push_str("]\nx: ");
+        for level in 0..60 {
+            text.push_str(&format!("&a{level} ["));
+        }
+        text.push_str("*b");
+        text.push_str(&",*b".repeat(1_900));
+        text.push_str(&"]".repeat(60));
+        text.push('\n');
+        let err = load(&text).unwrap_err();
+        assert!(
+            err.message.contains("values (alias expansion bomb?)"),
+            "{err}"
+        );
+        let innermost = text.lines().nth(1).unwrap().find("&a59").unwrap() + 1;
+        assert_eq!(
+            err.pos,
+            Pos {
+                line: 2,
+                col: innermost
+            }
+        );
+        // Anchors that only name a value once cost their copy and no more.
+        let docs = load("a: &x [&y [&z [1, 2]]]\nb: *x\nc: *z\n").unwrap();
+        assert_eq!(docs[0].value["b"], json!([[[1, 2]]]));
     }
 
     #[test]
@@ -880,9 +1097,10 @@ mod tests {
             err.message.contains("bytes (alias expansion bomb?)"),
             "{err}"
         );
-        // At the alias that crossed 64 MiB: line 1 is the anchored 1 MiB (plus the keys'
-        // bytes), line 2 `copies:`, so the 63rd alias (line 65) is the first past the budget.
-        assert_eq!(err.pos, Pos { line: 65, col: 5 });
+        // At the alias that crossed 64 MiB: line 1 is the anchored 1 MiB and its anchor's
+        // copy (plus the keys' bytes), line 2 `copies:`, so the 62nd alias (line 64) is the
+        // first past the budget.
+        assert_eq!(err.pos, Pos { line: 64, col: 5 });
         // The issue's own figure: an 8 MB scalar aliased a million times (11 MB of text).
         let big = "x".repeat(8_000_000);
         let mut text = format!("big: &b {big}\ncopies: [");

@@ -19,6 +19,7 @@ mod doctor_drift_testbed;
 mod fuzz_corpus;
 mod kueue_testbed;
 mod lint;
+mod memory_bomb;
 mod mirror_registry;
 mod monitoring_testbed;
 mod plan;

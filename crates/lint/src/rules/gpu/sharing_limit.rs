@@ -319,7 +319,7 @@ pub(crate) fn sharing_configs(objects: &[Object]) -> Vec<Sharing> {
                 continue;
             };
             for doc in docs {
-                nodes_left = nodes_left.saturating_sub(doc.positions.len());
+                nodes_left = nodes_left.saturating_sub(doc.values());
                 for (how, field) in [("time-slicing", "timeSlicing"), ("MPS", "mps")] {
                     let Some(shared) = doc.value.get("sharing").and_then(|s| s.get(field)) else {
                         continue;
