@@ -21,6 +21,7 @@ mod kueue_testbed;
 mod lint;
 mod mirror_registry;
 mod monitoring_testbed;
+mod partition;
 mod plan;
 mod plan_html;
 mod token_testbed;
