@@ -15,6 +15,7 @@ mod catalog;
 mod cli;
 mod completion;
 mod crd_testbed;
+mod discover_testbed;
 mod disrupt_testbed;
 mod doctor_drift_testbed;
 mod fuzz_corpus;
