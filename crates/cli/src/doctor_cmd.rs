@@ -58,18 +58,11 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
             Some(spec) => {
                 let (loaded, _) = crate::load_spec(spec)?;
                 let facts = Facts::from_spec(&loaded.spec);
-                let aws = &loaded.spec.spec.aws;
+                // The spec's partition: `arn:aws:` names nothing in aws-us-gov or aws-cn.
+                let arns = kk_spec::arn::Arns::of(&loaded.spec.spec.aws);
                 facts.store.map(|(kind, name)| match kind {
-                    kk_live::store::StoreKind::Ssm => format!(
-                        "arn:aws:ssm:{}:{}:parameter/{}",
-                        aws.region,
-                        aws.account_id,
-                        name.trim_start_matches('/')
-                    ),
-                    kk_live::store::StoreKind::SecretsManager => format!(
-                        "arn:aws:secretsmanager:{}:{}:secret:{name}-*",
-                        aws.region, aws.account_id
-                    ),
+                    kk_live::store::StoreKind::Ssm => arns.ssm_parameter(&name),
+                    kk_live::store::StoreKind::SecretsManager => arns.secret(&name),
                 })
             }
             None => None,

@@ -20,25 +20,43 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
             loaded.document.pos(&path)
         )
     };
+    // Certificates only, whichever source: the bundle is copied into Karpenter's values and
+    // every node's userData, so a private key beside the certificate would reach them all. The
+    // error names the block's type and line, never its content.
+    let certificates_only =
+        |pem: Vec<u8>, field: &str, origin: &str| match std::str::from_utf8(&pem)
+            .map_err(|_| kk_spec::ca::CaError::NotText)
+            .and_then(kk_spec::ca::certificate_blocks)
+        {
+            Ok(_) => Ok(pem),
+            Err(e) => Err(Failure(format!("{}: {origin}{e}", at(field)))),
+        };
     if let Some(b64) = &ca.base64 {
-        return base64::engine::general_purpose::STANDARD
+        let pem = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
-            .map_err(|e| Failure(format!("{}: not base64: {e}", at("base64"))));
+            .map_err(|e| Failure(format!("{}: not base64: {e}", at("base64"))))?;
+        return certificates_only(pem, "base64", "the decoded PEM, ");
     }
     if let Some(file) = &ca.file {
         let path = base_dir.join(expand_home(file));
-        return std::fs::read(&path).map_err(|e| {
+        let pem = std::fs::read(&path).map_err(|e| {
             Failure(format!(
                 "{}: cannot read {}: {e}",
                 at("file"),
                 path.display()
             ))
-        });
+        })?;
+        return certificates_only(pem, "file", &format!("{}, ", path.display()));
     }
     if let Some(kc) = &ca.kubeconfig {
         let path = base_dir.join(expand_home(&kc.path));
-        return ca_from_kubeconfig(&path, kc.cluster.as_deref())
-            .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())));
+        let pem = ca_from_kubeconfig(&path, kc.cluster.as_deref())
+            .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())))?;
+        return certificates_only(
+            pem,
+            "kubeconfig",
+            &format!("{}: the cluster's CA, ", path.display()),
+        );
     }
     Err(Failure(format!(
         "{}:{}: spec.caBundle: not set (stage 1): once Kubean has built the cluster, \

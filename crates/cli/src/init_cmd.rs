@@ -93,8 +93,9 @@ pub fn run(args: InitArgs) -> Result<ExitCode, Failure> {
                 .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
         } else {
+            // The findings quote what the cluster said: shown escaped, never obeyed.
             for e in &findings {
-                writeln!(out, "{e}")?;
+                writeln!(out, "{}", kk_model::visible(&e.to_string()))?;
             }
             writeln!(
                 out,
@@ -109,8 +110,9 @@ pub fn run(args: InitArgs) -> Result<ExitCode, Failure> {
             ExitCode::from(1)
         });
     }
+    // Findings quote values read from the cluster (a kubelet writes its own nodeInfo).
     for finding in &discovered.findings {
-        eprintln!("finding: {finding}");
+        eprintln!("finding: {}", kk_model::visible(finding));
     }
     match args.output.as_str() {
         "json" => {

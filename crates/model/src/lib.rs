@@ -13,8 +13,10 @@ pub mod karpenter;
 pub mod kubean;
 pub mod path;
 pub mod quantity;
+pub mod visible;
 pub mod yaml;
 
 pub use error::LocatedError;
 pub use path::{FieldPath, PathSeg};
+pub use visible::visible;
 pub use yaml::{Document, LoadLimits, Pos, YamlError};

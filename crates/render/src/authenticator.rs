@@ -59,10 +59,7 @@ pub fn webhook_url(auth: &IamAuthenticator) -> String {
 /// The node role's ARN as the authenticator canonicalises an assumed-role ARN (no path).
 pub fn node_role_arn(cluster: &ElasticCluster) -> String {
     let aws = &cluster.spec.aws;
-    format!(
-        "arn:{}:iam::{}:role/{}",
-        aws.partition, aws.account_id, aws.node_role
-    )
+    kk_spec::arn::Arns::of(aws).role(&aws.node_role)
 }
 
 /// The serving certificate must parse and name IP 127.0.0.1: the API server dials that address

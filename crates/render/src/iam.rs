@@ -1,6 +1,7 @@
 //! `iam/`: the Karpenter controller policy (scoped to this cluster, no eks:*), the node role
 //! and instance profile, the node's read access to the join store, and the discovery tags.
 
+use kk_spec::arn::Arns;
 use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
 use serde_json::{Value, json};
 
@@ -18,8 +19,9 @@ fn statement(sid: &str, actions: &[&str], resources: Value, condition: Option<Va
 pub fn controller_policy(cluster: &ElasticCluster) -> Value {
     let name = &cluster.metadata.name;
     let aws = &cluster.spec.aws;
-    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
-    let ec2 = |res: &str| format!("arn:{p}:ec2:{r}:*:{res}");
+    let r = &aws.region;
+    let arns = Arns::of(aws);
+    let ec2 = |res: &str| arns.ec2_any_account(res);
     let owned = format!("aws:ResourceTag/kubernetes.io/cluster/{name}");
     let requested_owned = format!("aws:RequestTag/kubernetes.io/cluster/{name}");
     let tagged_resources = json!([
@@ -30,14 +32,14 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
         ec2("launch-template/*"),
         ec2("spot-instances-request/*"),
     ]);
-    let instance_profiles = format!("arn:{p}:iam::{acct}:instance-profile/*");
+    let instance_profiles = arns.instance_profile("*");
     let mut statements = vec![
         statement(
             "AllowScopedEC2InstanceAccessActions",
             &["ec2:RunInstances", "ec2:CreateFleet"],
             json!([
-                format!("arn:{p}:ec2:{r}::image/*"),
-                format!("arn:{p}:ec2:{r}::snapshot/*"),
+                arns.ec2_unowned("image/*"),
+                arns.ec2_unowned("snapshot/*"),
                 ec2("security-group/*"),
                 ec2("subnet/*"),
                 ec2("capacity-reservation/*"),
@@ -97,7 +99,7 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
         statement(
             "AllowPassingInstanceRole",
             &["iam:PassRole"],
-            json!(format!("arn:{p}:iam::{acct}:role/{}", aws.node_role)),
+            json!(arns.role(&aws.node_role)),
             Some(
                 json!({ "StringEquals": { "iam:PassedToService": ["ec2.amazonaws.com", "ec2.amazonaws.com.cn"] } }),
             ),
@@ -158,7 +160,7 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
         statement(
             "AllowSSMReadActions",
             &["ssm:GetParameter"],
-            json!(format!("arn:{p}:ssm:{r}::parameter/aws/service/*")),
+            json!(arns.ssm_public_parameters()),
             None,
         ),
         statement(
@@ -211,14 +213,10 @@ fn join_store_policy(cluster: &ElasticCluster) -> Value {
     let spec = &cluster.spec;
     let aws = &spec.aws;
     let store = names::join_store(spec, &cluster.metadata.name);
-    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
-    let public = format!("arn:{p}:ssm:{r}::parameter/aws/service/*");
-    let ssm_store = format!(
-        "arn:{p}:ssm:{r}:{acct}:parameter/{}",
-        store.trim_start_matches('/')
-    );
-    // Secrets Manager appends six random characters to a secret's ARN.
-    let sm_store = format!("arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????");
+    let arns = Arns::of(aws);
+    let public = arns.ssm_public_parameters();
+    let ssm_store = arns.ssm_parameter(&store);
+    let sm_store = arns.secret(&store);
     let deny = |sid: &str, actions: &[&str], allowed: Vec<String>| json!({ "Sid": sid, "Effect": "Deny", "Action": actions, "NotResource": allowed });
     let mut statements = Vec::new();
     match spec.join.mode {
@@ -272,23 +270,19 @@ fn join_store_kms_key_policy(cluster: &ElasticCluster) -> Option<Value> {
     let spec = &cluster.spec;
     let kms = spec.join.kms.as_ref()?;
     let aws = &spec.aws;
-    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let r = &aws.region;
+    let arns = Arns::of(aws);
     let store = names::join_store(spec, &cluster.metadata.name);
-    let node_role = format!("arn:{p}:iam::{acct}:role/{}", aws.node_role);
+    let node_role = arns.role(&aws.node_role);
     let (service, context) = match spec.join.mode {
         JoinMode::Static => return None,
         JoinMode::Ssm => (
             format!("ssm.{r}.amazonaws.com"),
-            json!({ "StringEquals": { "kms:EncryptionContext:PARAMETER_ARN": format!(
-                "arn:{p}:ssm:{r}:{acct}:parameter/{}",
-                store.trim_start_matches('/')
-            ) } }),
+            json!({ "StringEquals": { "kms:EncryptionContext:PARAMETER_ARN": arns.ssm_parameter(&store) } }),
         ),
         JoinMode::SecretsManager => (
             format!("secretsmanager.{r}.amazonaws.com"),
-            json!({ "StringLike": { "kms:EncryptionContext:SecretARN": format!(
-                "arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"
-            ) } }),
+            json!({ "StringLike": { "kms:EncryptionContext:SecretARN": arns.secret(&store) } }),
         ),
     };
     let mut use_condition = context;
@@ -299,7 +293,7 @@ fn join_store_kms_key_policy(cluster: &ElasticCluster) -> Option<Value> {
             {
                 "Sid": "AccountAdministersButDoesNotUse",
                 "Effect": "Allow",
-                "Principal": { "AWS": format!("arn:{p}:iam::{acct}:root") },
+                "Principal": { "AWS": arns.account_root() },
                 "Action": [
                     "kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*",
                     "kms:Update*", "kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*",
@@ -346,7 +340,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             }]
         }),
     )?;
-    let p = &aws.partition;
+    let arns = Arns::of(aws);
     let mut inline = serde_json::Map::new();
     inline.insert("JoinStoreAccess".into(), join_store_policy(cluster));
     bundle.add_json(
@@ -357,8 +351,8 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             "trustPolicy": "node-role-trust-policy.json",
             // No EKS worker or VPC CNI policies: this is not EKS and the CNI is Kubespray's.
             "managedPolicyArns": [
-                format!("arn:{p}:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly"),
-                format!("arn:{p}:iam::aws:policy/AmazonSSMManagedInstanceCore"),
+                arns.managed_policy("AmazonEC2ContainerRegistryPullOnly"),
+                arns.managed_policy("AmazonSSMManagedInstanceCore"),
             ],
             "inlinePolicies": inline,
         }),

@@ -6,7 +6,8 @@
 //! labels at create, so such a node could register Ready, untainted, with labels and taints of
 //! its choosing, and draw pods without any NodeClaim. This ValidatingAdmissionPolicy closes that
 //! for Karpenter-style names (`i-` + hex, the EC2 instance id): a Node created by a node must
-//! carry Karpenter's `karpenter.sh/unregistered` taint and a providerID naming that instance.
+//! carry Karpenter's `karpenter.sh/unregistered` taint with effect `NoExecute` (a weaker effect
+//! of the same key filters nothing, issue 47 item 4) and a providerID naming that instance.
 //! Karpenter removes the taint only when a NodeClaim's providerID matches (its registration
 //! controller), so a node without a NodeClaim never becomes schedulable; a node cannot drop the
 //! taint itself (NodeRestriction refuses a node any change to its taints after create).
@@ -21,12 +22,21 @@ use crate::names::{INSTANCE_NAME_PATTERN, MANAGED_BY};
 pub const NAME: &str = "kubean-karpenter-node-registration";
 /// The taint Karpenter's nodes register with and Karpenter alone removes.
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// The only effect that keeps every pod off until Karpenter removes the taint.
+pub const UNREGISTERED_EFFECT: &str = "NoExecute";
 
 fn policy(labels: &Value) -> Value {
     let taint = cel::string_literal(UNREGISTERED_TAINT);
     let instance = cel::string_literal(INSTANCE_NAME_PATTERN);
-    let tainted =
-        |o: &str| format!("has({o}.spec.taints) && {o}.spec.taints.exists(t, t.key == {taint})");
+    let effect = cel::string_literal(UNREGISTERED_EFFECT);
+    // The effect matters as much as the key: a PreferNoSchedule or NoSchedule taint of the same
+    // key still lets pods land (the one a preference, the other not for tolerating pods or
+    // pods bound directly), and only NoExecute is what Karpenter registers and waits for.
+    let tainted = |o: &str| {
+        format!(
+            "has({o}.spec.taints) && {o}.spec.taints.exists(t, t.key == {taint} && has(t.effect) && t.effect == {effect})"
+        )
+    };
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
         "metadata": { "name": NAME, "labels": labels },
@@ -46,7 +56,7 @@ fn policy(labels: &Value) -> Value {
             "validations": [
                 {
                     "expression": format!("({})", tainted("object")),
-                    "message": format!("a node registers with the {UNREGISTERED_TAINT} taint: Karpenter removes it once a NodeClaim owns the instance"),
+                    "message": format!("a node registers with the {UNREGISTERED_TAINT}:{UNREGISTERED_EFFECT} taint: Karpenter removes it once a NodeClaim owns the instance"),
                     "reason": "Forbidden",
                 },
                 {

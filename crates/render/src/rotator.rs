@@ -252,7 +252,7 @@ fn policy(cluster: &ElasticCluster) -> Option<Value> {
     let spec = &cluster.spec;
     let aws = &spec.aws;
     let store = names::join_store(spec, &cluster.metadata.name);
-    let (p, r, acct) = (&aws.partition, &aws.region, &aws.account_id);
+    let arns = kk_spec::arn::Arns::of(aws);
     let (actions, resource) = match spec.join.mode {
         JoinMode::Static => return None,
         JoinMode::Ssm => (
@@ -261,12 +261,8 @@ fn policy(cluster: &ElasticCluster) -> Option<Value> {
                 "ssm:PutParameter",
                 "ssm:AddTagsToResource"
             ]),
-            format!(
-                "arn:{p}:ssm:{r}:{acct}:parameter/{}",
-                store.trim_start_matches('/')
-            ),
+            arns.ssm_parameter(&store),
         ),
-        // Secrets Manager appends six random characters to a secret's ARN.
         JoinMode::SecretsManager => (
             json!([
                 "secretsmanager:GetSecretValue",
@@ -274,7 +270,7 @@ fn policy(cluster: &ElasticCluster) -> Option<Value> {
                 "secretsmanager:CreateSecret",
                 "secretsmanager:TagResource"
             ]),
-            format!("arn:{p}:secretsmanager:{r}:{acct}:secret:{store}-??????"),
+            arns.secret(&store),
         ),
     };
     Some(json!({

@@ -91,11 +91,7 @@ pub fn queue_name(cluster: &ElasticCluster) -> Option<String> {
 
 /// The queue's ARN (what the controller policy and the rules' targets name).
 pub fn queue_arn(cluster: &ElasticCluster, queue: &str) -> String {
-    let aws = &cluster.spec.aws;
-    format!(
-        "arn:{}:sqs:{}:{}:{queue}",
-        aws.partition, aws.region, aws.account_id
-    )
+    crate::arn::Arns::of(&cluster.spec.aws).sqs_queue(queue)
 }
 
 /// The EventBridge rule for `kind` feeding `queue`.
@@ -129,10 +125,7 @@ pub fn spot_warning(
         "account": aws.account_id,
         "time": time,
         "region": aws.region,
-        "resources": [format!(
-            "arn:{}:ec2:{}:{}:instance/{instance_id}",
-            aws.partition, aws.region, aws.account_id
-        )],
+        "resources": [crate::arn::Arns::of(aws).ec2_instance(instance_id)],
         "detail": {"instance-id": instance_id, "instance-action": "terminate"},
     })
 }

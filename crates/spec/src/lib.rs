@@ -8,6 +8,7 @@
 //! the CA bundle from disk happen in the CLI.
 
 pub mod adopt;
+pub mod arn;
 pub mod ca;
 pub mod feature_gates;
 pub mod iam;

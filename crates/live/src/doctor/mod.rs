@@ -147,11 +147,6 @@ impl Facts {
             .as_deref()
             .and_then(|t| t.split_once('.'))
             .map(|(id, _)| id.to_owned());
-        let partition = if spec.aws.partition.is_empty() {
-            "aws"
-        } else {
-            spec.aws.partition.as_str()
-        };
         let static_token = spec
             .join
             .token
@@ -164,10 +159,7 @@ impl Facts {
             network: crate::node_network::NodeNetwork::from_spec(spec),
             store,
             static_token_id,
-            node_role_arn: format!(
-                "arn:{partition}:iam::{}:role/{}",
-                spec.aws.account_id, spec.aws.node_role
-            ),
+            node_role_arn: kk_spec::arn::Arns::of(&spec.aws).role(&spec.aws.node_role),
             pools: spec.pools.iter().map(|p| p.name.clone()).collect(),
             gpu_pools: spec
                 .pools
@@ -233,5 +225,25 @@ pub async fn run(
     Report {
         checks,
         elapsed: started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod partition_tests {
+    /// Issue 47 item 11: the role doctor evaluates `iam:PassRole` on is in the spec's partition.
+    #[test]
+    fn the_node_role_arn_is_in_the_specs_partition() {
+        let text = kk_spec::EXAMPLE.replace(
+            "    region: us-east-1             # <AWS_REGION>\n",
+            "    region: us-gov-west-1\n    partition: aws-us-gov\n",
+        );
+        assert_ne!(text, kk_spec::EXAMPLE, "the example changed");
+        let loaded =
+            kk_spec::parse_spec(&text, "gov.yaml").unwrap_or_else(|e| panic!("{}", e.len()));
+        let facts = super::Facts::from_spec(&loaded.spec);
+        assert_eq!(
+            facts.node_role_arn,
+            "arn:aws-us-gov:iam::111122223333:role/KarpenterNodeRole-demo"
+        );
     }
 }

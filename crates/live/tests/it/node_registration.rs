@@ -27,12 +27,17 @@ async fn as_node(testbed: &Testbed, name: &str) -> Client {
 }
 
 fn node(name: &str, provider_id: Option<&str>, tainted: bool) -> Node {
+    node_with_effect(name, provider_id, tainted.then_some("NoExecute"))
+}
+
+/// A Node tainted `karpenter.sh/unregistered` with `effect`, or untainted.
+fn node_with_effect(name: &str, provider_id: Option<&str>, effect: Option<&str>) -> Node {
     let mut spec = json!({});
     if let Some(id) = provider_id {
         spec["providerID"] = json!(id);
     }
-    if tainted {
-        spec["taints"] = json!([{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }]);
+    if let Some(effect) = effect {
+        spec["taints"] = json!([{ "key": "karpenter.sh/unregistered", "effect": effect }]);
     }
     serde_json::from_value(json!({ "metadata": { "name": name }, "spec": spec })).unwrap()
 }
@@ -112,6 +117,21 @@ async fn a_node_registers_only_tainted_as_its_own_instance_and_cannot_untaint_it
         "register without the unregistered taint",
         create(node(&me, Some(&mine), false)).await,
     );
+    // 1b. The right key with an effect that filters nothing (issue 47 item 4): PreferNoSchedule
+    // only discourages the scheduler, NoSchedule still admits tolerating or directly bound
+    // pods and keeps running ones; only NoExecute is what Karpenter registers with.
+    for effect in ["PreferNoSchedule", "NoSchedule"] {
+        refused_by_policy(
+            &format!("register with karpenter.sh/unregistered:{effect}"),
+            create(node_with_effect(&me, Some(&mine), Some(effect))).await,
+        );
+    }
+    // The same Node with NoExecute, as a dry run (the real create comes below): admitted, so
+    // the refusals above differ from success only in the effect.
+    nodes
+        .create(&dry, &node_with_effect(&me, Some(&mine), Some("NoExecute")))
+        .await
+        .expect("karpenter.sh/unregistered:NoExecute is admitted");
     // 2. Posing as another instance, or as none.
     refused_by_policy(
         "register with another instance's providerID",

@@ -124,8 +124,10 @@ pub fn discover(observed: &Observed) -> Discovered {
                         parsed.cert_hash.clone(),
                         format!("{FROM} certificate-authority-data"),
                     ));
+                    // Re-encoded from the parsed certificates: only they, and only base64,
+                    // reach the spec text.
                     d.ca_base64 = Some(Found::new(
-                        ca.trim().to_owned(),
+                        parsed.bundle_base64.clone(),
                         format!("{FROM} certificate-authority-data"),
                     ));
                 }

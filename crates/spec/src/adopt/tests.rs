@@ -254,3 +254,30 @@ fn without_kubean_the_nodes_come_from_the_cluster_and_without_aws_nothing_is_inv
     assert!(text.contains("# vpcID: <AWS_VPC_ID>"), "{text}");
     assert!(text.contains("# name: <CLUSTER_NAME>"), "{text}");
 }
+
+/// Issue 47 item 10 at the unit level (`crates/cli/tests/it/discover_testbed.rs` performs it
+/// through the real apiserver): a kubelet version with a terminal escape, a newline that would
+/// start a key, and a bidi override stays inside one comment line, shown escaped.
+#[test]
+fn a_hostile_kubelet_version_stays_inside_one_comment_line() {
+    let mut o = observed();
+    o.nodes[0].kubelet_version = Some("\x1b]0;pwned\x07\n# injected: true\u{202e}".into());
+    let d = discover(&o);
+    let text = write_spec(&d);
+    assert!(
+        !text.contains(['\x1b', '\x07', '\u{202e}']),
+        "raw control characters in:\n{text}"
+    );
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("pwned")).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].starts_with("#   - "), "{}", lines[0]);
+    assert!(
+        lines[0].contains("\\e]0;pwned\\u{7}\\n# injected: true\\u{202e}"),
+        "{}",
+        lines[0]
+    );
+    let docs =
+        kk_model::yaml::load_documents(&text, kk_model::yaml::LoadLimits::default()).unwrap();
+    assert!(docs[0].value.get("injected").is_none());
+    assert!(docs[0].value["spec"].get("injected").is_none());
+}

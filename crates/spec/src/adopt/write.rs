@@ -3,7 +3,14 @@
 
 use std::fmt::Write as _;
 
+use kk_model::visible::{visible as v, yaml_double_quoted};
+
 use super::{Discovered, Found};
+
+// Every value here was read from a cluster or an account, and some are written by whoever runs
+// a kubelet (`status.nodeInfo`): scalars are quoted with every control, newline and bidi
+// character escaped, and text in comments goes through `v` (kk_model::visible), so no value
+// can end a comment, add a key or drive the terminal the spec is printed to.
 
 /// A YAML scalar: bare where it reads back as the same string, double-quoted otherwise.
 fn scalar(text: &str) -> String {
@@ -20,12 +27,12 @@ fn scalar(text: &str) -> String {
     if plain {
         text.to_owned()
     } else {
-        serde_json::Value::String(text.to_owned()).to_string()
+        yaml_double_quoted(text)
     }
 }
 
 fn quoted(text: &str) -> String {
-    serde_json::Value::String(text.to_owned()).to_string()
+    yaml_double_quoted(text)
 }
 
 struct Spec {
@@ -49,7 +56,7 @@ impl Spec {
         let pad = " ".repeat(indent);
         match found {
             Some((value, from)) => {
-                let _ = writeln!(self.text, "{pad}{key}: {value}  # from {from}");
+                let _ = writeln!(self.text, "{pad}{key}: {value}  # from {}", v(from));
             }
             None => {
                 let _ = writeln!(self.text, "{pad}# {key}: {placeholder}");
@@ -79,7 +86,7 @@ pub fn write_spec(d: &Discovered) -> String {
         s.raw("#");
         s.raw("# Findings:");
         for finding in &d.findings {
-            let _ = writeln!(s.text, "#   - {finding}");
+            let _ = writeln!(s.text, "#   - {}", v(finding));
         }
     }
     if !d.installed.is_empty() {
@@ -89,8 +96,14 @@ pub fn write_spec(d: &Discovered) -> String {
             let version = i
                 .version
                 .as_deref()
-                .map_or(String::new(), |v| format!(" {v}"));
-            let _ = writeln!(s.text, "#   - {}{version} ({})", i.component, i.from);
+                .map_or(String::new(), |version| format!(" {version}"));
+            let _ = writeln!(
+                s.text,
+                "#   - {}{} ({})",
+                v(&i.component),
+                v(&version),
+                v(&i.from)
+            );
         }
     }
     s.raw("apiVersion: kubean-karpenter.io/v1alpha1");
@@ -130,7 +143,9 @@ pub fn write_spec(d: &Discovered) -> String {
     match &d.ca_base64 {
         Some(ca) => {
             let hash = d.ca_cert_hash.as_ref().map_or(String::new(), |h| format!("; join hash {}", h.value));
-            let _ = writeln!(s.text, "    # from {}{hash}", ca.from);
+            let _ = writeln!(s.text, "    # from {}{}", v(&ca.from), v(&hash));
+            // Our own encoding of the parsed certificates (adopt/discover.rs): only the base64
+            // alphabet, a plain scalar.
             let _ = writeln!(s.text, "    base64: {}", ca.value);
         }
         None => s.raw("    # base64: <BASE64_CLUSTER_CA_BUNDLE>  # or file: pki/ca.crt, or kubeconfig: {path: F}"),
@@ -143,7 +158,7 @@ pub fn write_spec(d: &Discovered) -> String {
     .iter()
     .filter_map(|(k, f)| {
         f.as_ref()
-            .map(|f| format!("#   {k} {} (from {})", f.value, f.from))
+            .map(|f| format!("#   {k} {} (from {})", v(&f.value), v(&f.from)))
     })
     .collect();
     if !networks.is_empty() {
@@ -158,7 +173,7 @@ pub fn write_spec(d: &Discovered) -> String {
     s.raw("  kubean:");
     match &d.kubean_cluster {
         Some(f) => {
-            let _ = writeln!(s.text, "    existingCluster: {}  # adopted: Kubean keeps its inventory; from {}", scalar(&f.value), f.from);
+            let _ = writeln!(s.text, "    existingCluster: {}  # adopted: Kubean keeps its inventory; from {}", scalar(&f.value), v(&f.from));
         }
         None => s.raw("    # existingCluster: <KUBEAN_CLUSTER>  # Kubean's Cluster that built this one (none found): unset, apply writes Kubean's objects"),
     }
@@ -200,7 +215,7 @@ pub fn write_spec(d: &Discovered) -> String {
                 s.text,
                 "      - name: {}  # from {}",
                 scalar(&n.name),
-                n.from
+                v(&n.from)
             );
             let _ = writeln!(s.text, "        ip: {}", scalar(&n.ip));
             match &n.private_dns_name {
@@ -216,7 +231,7 @@ pub fn write_spec(d: &Discovered) -> String {
     match &d.infra_taints {
         Some(t) => {
             let list: Vec<String> = t.value.iter().map(|x| scalar(x)).collect();
-            let _ = writeln!(s.text, "    infraTaints: [{}]  # from {}", list.join(", "), t.from);
+            let _ = writeln!(s.text, "    infraTaints: [{}]  # from {}", list.join(", "), v(&t.from));
         }
         None => s.raw("    # infraTaints: [CriticalAddonsOnly=true:NoSchedule]  # none found on the infra nodes"),
     }
@@ -243,7 +258,7 @@ pub fn write_spec(d: &Discovered) -> String {
                     "      discoveryTag: {{key: {}, value: {}}}  # from {}",
                     scalar(&tag.value.key),
                     scalar(&tag.value.value),
-                    tag.from
+                    v(&tag.from)
                 );
             }
             None => {
@@ -267,7 +282,7 @@ pub fn write_spec(d: &Discovered) -> String {
         "<CONTROL_PLANE_SECURITY_GROUP_ID>  # must admit apiServer.port from the nodes",
     );
     let conventional = |found: &Option<Found<String>>, prefix: &str| match found {
-        Some(f) => (scalar(&f.value), format!("from {}", f.from)),
+        Some(f) => (scalar(&f.value), format!("from {}", v(&f.from))),
         None => (
             scalar(&format!("{prefix}-{name_or}")),
             "not found in IAM: the conventional name; apply creates it".to_owned(),
@@ -289,7 +304,12 @@ pub fn write_spec(d: &Discovered) -> String {
         .find(|i| i.component == crate::versions::KARPENTER);
     match installed.and_then(|i| Some((i.version.clone()?, &i.from))) {
         Some((version, from)) => {
-            let _ = writeln!(s.text, "    version: {}  # from {from}", scalar(&version));
+            let _ = writeln!(
+                s.text,
+                "    version: {}  # from {}",
+                scalar(&version),
+                v(from)
+            );
         }
         None => {
             let default = crate::versions::component(crate::versions::KARPENTER)
@@ -309,14 +329,15 @@ pub fn write_spec(d: &Discovered) -> String {
             let _ = writeln!(
                 s.text,
                 "      source: instanceProfile  # the infra workers' instance profile {} (from {})",
-                p.value, p.from
+                v(&p.value),
+                v(&p.from)
             );
         }
         None => s.raw("      source: instanceProfile  # no infra instance profile found: give the infra workers one, or use staticSecret"),
     }
     match &d.isolated_vpc {
         Some(f) => {
-            let _ = writeln!(s.text, "    isolatedVPC: {}  # from {}", f.value, f.from);
+            let _ = writeln!(s.text, "    isolatedVPC: {}  # from {}", f.value, v(&f.from));
         }
         None => s.raw("    isolatedVPC: false  # not read: true when nodes have no route to AWS's public endpoints"),
     }
@@ -330,7 +351,7 @@ pub fn write_spec(d: &Discovered) -> String {
                 s.text,
                 "      repository: {}  # from {}",
                 scalar(&f.value.0),
-                f.from
+                v(&f.from)
             );
             let _ = writeln!(s.text, "      digest: {}", scalar(&f.value.1));
         }
@@ -359,7 +380,7 @@ fn pools(s: &mut Spec, d: &Discovered) {
         format!(
             "{} zone(s) of the tagged subnets: {}",
             d.zones.len(),
-            d.zones.join(", ")
+            v(&d.zones.join(", "))
         )
     };
     s.raw("  pools:");
@@ -372,7 +393,7 @@ fn pools(s: &mut Spec, d: &Discovered) {
                 s.text,
                 "      ami: {{id: {}}}  # from {}; any kubeadm-ready image",
                 scalar(&ami.value),
-                ami.from
+                v(&ami.from)
             );
         }
         None => s.raw("      # ami: {id: <KARPENTER_CPU_WORKER_AMI_ID>}  # a kubeadm-ready image"),

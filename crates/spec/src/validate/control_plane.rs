@@ -39,12 +39,19 @@ pub(super) fn ca_bundle(p: &mut Problems, at: &FieldPath, ca: &CaBundleSource) {
     if let Some(b64) = &ca.base64 {
         use base64::Engine;
         match base64::engine::general_purpose::STANDARD.decode(b64.trim()) {
-            Ok(bytes)
-                if String::from_utf8_lossy(&bytes).contains("-----BEGIN CERTIFICATE-----") => {}
-            Ok(_) => p.push((
-                at.key("base64"),
-                "decodes, but not to a PEM certificate".into(),
-            )),
+            // Certificates only: whatever else the PEM holds (the CA's private key) would be
+            // copied to every node. The error names the block's type, never its content.
+            Ok(bytes) => match std::str::from_utf8(&bytes)
+                .map_err(|_| crate::ca::CaError::NotText)
+                .and_then(crate::ca::certificate_blocks)
+            {
+                Ok(_) => {}
+                Err(crate::ca::CaError::NoCertificate | crate::ca::CaError::NotText) => p.push((
+                    at.key("base64"),
+                    "decodes, but not to a PEM certificate".into(),
+                )),
+                Err(e) => p.push((at.key("base64"), format!("in the decoded PEM, {e}"))),
+            },
             Err(e) => p.push((at.key("base64"), format!("not valid base64: {e}"))),
         }
     }
