@@ -11,8 +11,16 @@
 //! our join group) with the kubelet's usages, and nobody else may approve CSRs of that
 //! group. CEL cannot decode `spec.request`, so the requested name (an instance a NodeClaim
 //! names, never an existing Node) is checked by the approver itself.
+//!
+//! The approver remembers every instance it approved in a ConfigMap next to its Lease
+//! (`kube-system`, [`kk_spec::names::CSR_APPROVALS_CONFIGMAP`]): an approved CSR object is
+//! deleted by kube-controller-manager an hour after approval, the record is not. RBAC cannot
+//! limit `create` by name (a create request names no object), so, like the Lease, the
+//! ConfigMap is rendered here and the approver may only get, update and patch that one
+//! object; without it the approver approves nothing (it fails closed).
 
 use kk_spec::ElasticCluster;
+use kk_spec::names::CSR_APPROVALS_CONFIGMAP;
 use serde_json::{Value, json};
 
 use crate::cel;
@@ -149,8 +157,17 @@ fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
     objects.extend(workload::lease_role_binding_and_lease(
         NAME,
         namespace,
-        json!([workload::lease_rule(NAME)]),
+        json!([
+            workload::lease_rule(NAME),
+            // The record of approved instances: this one ConfigMap only, never created by the
+            // approver (rendered below; `create` cannot be narrowed by resourceNames).
+            { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CSR_APPROVALS_CONFIGMAP], "verbs": ["get", "update", "patch"] },
+        ]),
     ));
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": CSR_APPROVALS_CONFIGMAP, "namespace": workload::LEASE_NAMESPACE, "labels": labels },
+    }));
     objects.extend([
         approval_policy(namespace, &labels),
         workload::policy_binding(NAME),

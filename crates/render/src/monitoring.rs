@@ -35,6 +35,18 @@ pub const INTERRUPTION_LATENCY_SECONDS: u32 = 60;
 /// when it restarts; several denials are someone trying names, or a broken join).
 pub const DENIALS_PER_15_MINUTES: u32 = 3;
 
+/// The denial reasons (`kubean_karpenter_csr_denied_total{reason}`, the approver's fixed set)
+/// that no honest kubelet's CSR is given: a name that is no instance ID, a second identity
+/// for an instance already approved, a CSR for an instance whose NodeClaim is finishing, two
+/// CSRs for one name. Any one of them is someone with a join token trying; the alert fires
+/// on the first.
+pub const FORGED_CSR_REASONS: [&str; 4] = [
+    "invalid_name",
+    "approved_before",
+    "claim_finished",
+    "contested",
+];
+
 /// The `monitoring` section when it asks for `monitoring/`.
 pub fn enabled(cluster: &ElasticCluster) -> Option<&Monitoring> {
     cluster
@@ -174,6 +186,25 @@ pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
                 "join-token-valid",
                 &format!(
                     "Then `node-provider-id`; each denied CSR's condition message says why (`kubectl get csr -o wide`), KubeanKarpenterContested means competing CSRs for one node (docs/join-credentials.md, CSR approval; `{}`).",
+                    csr_approver::NAME
+                ),
+            ),
+        ));
+    }
+    if spec.join.mode.runs_controller() {
+        rules.push(alert(
+            "KubeanKarpenterNodeCsrForged",
+            format!(
+                "sum by (reason) (increase(kubean_karpenter_csr_denied_total{{reason=~\"{}\"}}[15m])) > 0",
+                FORGED_CSR_REASONS.join("|")
+            ),
+            "0m",
+            "critical",
+            "The CSR approver denied a node CSR no kubelet sends ({{ $labels.reason }}): someone holding a join token is asking for a node identity that is not theirs",
+            runbook(
+                "join-token-valid",
+                &format!(
+                    "Then `node-provider-id`; the Warning Events on the denied CSRs (namespace default, reason KubeanKarpenterRefused or KubeanKarpenterContested) name each CSR and why, and its requester `system:bootstrap:<id>` names the token: revoke it (`kubean-karpenter token revoke <id>` once the rotator published another) and find where it leaked (docs/join-credentials.md, CSR approval; `{}`).",
                     csr_approver::NAME
                 ),
             ),

@@ -15,6 +15,9 @@ pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
 /// it, and doctor finds the infra instances by it.
 pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
 
+/// The CSR approver's record of the instances it approved a node certificate for (a
+/// ConfigMap in its Lease's namespace, rendered with the approver; it outlives the CSRs).
+pub const CSR_APPROVALS_CONFIGMAP: &str = "kubean-karpenter-csr-approvals";
 /// An EC2 instance ID as a node name (`i-` and 8 to 17 lowercase hex digits), the name a
 /// Karpenter node registers under; the admission policies match it in CEL.
 pub const INSTANCE_NAME_PATTERN: &str = "^i-[0-9a-f]{8,17}$";

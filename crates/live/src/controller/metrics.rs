@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use jiff::Timestamp;
 
-use super::csr_approver::{APPROVED_REASON, CONTESTED_REASON, DENIED_REASON, Decision};
+use super::csr_approver::{APPROVED_REASON, CONTESTED_REASON, DENIED_REASON, Decision, Refusal};
 use super::leader::{Leadership, LeaseObserver};
 
 /// The labels of `kubean_karpenter_csr_decisions_total`, in exposition order: every
@@ -33,6 +33,8 @@ pub struct Metrics {
     orphans: AtomicU64,
     /// Node CSR decisions, one counter per entry of [`CSR_DECISION_LABELS`].
     csr_decisions: [AtomicU64; CSR_DECISION_LABELS.len()],
+    /// Denied node CSRs, one counter per [`Refusal::ALL`] entry.
+    csr_denied: [AtomicU64; Refusal::ALL.len()],
     /// Unix seconds of the stored token's expiration; `UNKNOWN` before the first read.
     expiry: AtomicI64,
     leadership: Arc<Leadership>,
@@ -58,6 +60,7 @@ impl Metrics {
             deleted: AtomicU64::new(0),
             orphans: AtomicU64::new(0),
             csr_decisions: Default::default(),
+            csr_denied: Default::default(),
             expiry: AtomicI64::new(UNKNOWN),
             leadership,
             heartbeat: Mutex::new(Instant::now()),
@@ -95,6 +98,14 @@ impl Metrics {
             .map_or(0, |i| self.csr_decisions[i].load(Ordering::Relaxed))
     }
 
+    /// Node CSRs this replica denied with the refusal labelled `reason` (0 for an unknown one).
+    pub fn csr_denied(&self, reason: &str) -> u64 {
+        Refusal::ALL
+            .iter()
+            .position(|r| r.label() == reason)
+            .map_or(0, |i| self.csr_denied[i].load(Ordering::Relaxed))
+    }
+
     /// Whether this replica holds the lease now.
     pub fn is_leader(&self) -> bool {
         self.leadership.is_leading()
@@ -130,6 +141,12 @@ impl Metrics {
             .position(|l| *l == decision.condition())
         {
             self.csr_decisions[i].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(i) = decision
+            .refusal()
+            .and_then(|r| Refusal::ALL.iter().position(|a| *a == r))
+        {
+            self.csr_denied[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -220,6 +237,21 @@ impl Metrics {
             "# TYPE kubean_karpenter_csr_decisions_total counter\n",
         ));
         out.push_str(&decisions);
+        let denied = Refusal::ALL
+            .iter()
+            .map(|r| {
+                format!(
+                    "kubean_karpenter_csr_denied_total{{reason=\"{}\"}} {}\n",
+                    r.label(),
+                    self.csr_denied(r.label())
+                )
+            })
+            .collect::<String>();
+        out.push_str(concat!(
+            "# HELP kubean_karpenter_csr_denied_total Node client CSRs of our join-token group this replica denied (the approver), by why (a fixed set of reasons).\n",
+            "# TYPE kubean_karpenter_csr_denied_total counter\n",
+        ));
+        out.push_str(&denied);
         metric(
             &mut out,
             "kubean_karpenter_errors_total",
@@ -317,16 +349,36 @@ mod tests {
     }
 
     #[test]
+    fn every_denial_reason_series_is_exposed_from_the_start() {
+        let text = metrics().render(Timestamp::UNIX_EPOCH);
+        let series = family(&text, "kubean_karpenter_csr_denied_total{");
+        assert_eq!(series.len(), Refusal::ALL.len());
+        for (line, refusal) in series.iter().zip(Refusal::ALL) {
+            assert_eq!(
+                *line,
+                format!(
+                    "kubean_karpenter_csr_denied_total{{reason=\"{}\"}} 0",
+                    refusal.label()
+                )
+            );
+        }
+    }
+
+    #[test]
     fn decisions_count_under_their_reason_and_render_the_same_every_time() {
         let m = metrics();
         m.csr_decided(&Decision::Approve("a".into()));
-        m.csr_decided(&Decision::Deny("b".into()));
-        m.csr_decided(&Decision::Deny("c".into()));
-        m.csr_decided(&Decision::Contested("d".into()));
+        m.csr_decided(&Decision::Deny(Refusal::InvalidName, "b".into()));
+        m.csr_decided(&Decision::Deny(Refusal::InvalidName, "c".into()));
+        m.csr_decided(&Decision::Deny(Refusal::Contested, "d".into()));
         assert_eq!(m.csr_decisions("Approved", APPROVED_REASON), 1);
         assert_eq!(m.csr_decisions("Denied", DENIED_REASON), 2);
         assert_eq!(m.csr_decisions("Denied", CONTESTED_REASON), 1);
         assert_eq!(m.csr_decisions("Approved", DENIED_REASON), 0);
+        assert_eq!(m.csr_denied("invalid_name"), 2);
+        assert_eq!(m.csr_denied("contested"), 1);
+        assert_eq!(m.csr_denied("no_claim"), 0);
+        assert_eq!(m.csr_denied("made_up"), 0);
         let text = m.render(Timestamp::UNIX_EPOCH);
         assert_eq!(text, m.render(Timestamp::UNIX_EPOCH));
         let series: Vec<_> = family(&text, "kubean_karpenter_csr_decisions_total{")
@@ -337,6 +389,17 @@ mod tests {
         // Each family's HELP and TYPE come once, before its samples.
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
-        assert_eq!((types, helps), (7, 7));
+        assert_eq!((types, helps), (8, 8));
+        let denied: Vec<_> = family(&text, "kubean_karpenter_csr_denied_total{")
+            .into_iter()
+            .filter(|l| !l.ends_with(" 0"))
+            .collect();
+        assert_eq!(
+            denied,
+            [
+                "kubean_karpenter_csr_denied_total{reason=\"invalid_name\"} 2",
+                "kubean_karpenter_csr_denied_total{reason=\"contested\"} 1",
+            ]
+        );
     }
 }

@@ -354,15 +354,23 @@ impl Controller {
                     metrics.beat();
                 }
                 if leadership.is_leading() {
+                    // Each call of a pass has its own timeout and the pass a budget; this
+                    // outer limit is a backstop only.
                     match tokio::time::timeout(
-                        Duration::from_secs(30),
-                        csr_approver::approve_pending(&client),
+                        csr_approver::PASS_LIMIT,
+                        csr_approver::approve_pending(&client, &config.lease.namespace),
                     )
                     .await
                     {
-                        Ok(Ok(decided)) => {
-                            for (_, decision) in &decided {
+                        Ok(Ok(pass)) => {
+                            for (_, decision) in &pass.decided {
                                 metrics.csr_decided(decision);
+                            }
+                            // One failed CSR never stops the others: each failure is counted
+                            // and logged, and its CSR waits for the next pass.
+                            for e in &pass.errors {
+                                metrics.error();
+                                tracing::error!(error = %e, "a node CSR was not decided");
                             }
                         }
                         Ok(Err(e)) => {

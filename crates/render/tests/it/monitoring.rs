@@ -123,9 +123,11 @@ fn cases(groups: &Value) -> Vec<Value> {
     let backlog = "KubeanKarpenterInterruptionQueueBacklog";
     let limit = "KubeanKarpenterPoolAtLimitWithPendingPods";
     let denials = "KubeanKarpenterNodeCsrDenialsSpiking";
+    let forged = "KubeanKarpenterNodeCsrForged";
     let status = "operator_nodeclaim_status_condition_current_status_seconds";
     let bucket = "karpenter_interruption_message_queue_duration_seconds_bucket";
     let decisions = "kubean_karpenter_csr_decisions_total";
+    let denied = "kubean_karpenter_csr_denied_total";
     vec![
         json!({
             "interval": "1m",
@@ -176,12 +178,17 @@ fn cases(groups: &Value) -> Vec<Value> {
                 // One denial in the window; approvals in plenty.
                 series(&format!("{decisions}{{condition=\"Denied\",reason=\"KubeanKarpenterRefused\"}}"), "0x10 1x20"),
                 series(&format!("{decisions}{{condition=\"Approved\",reason=\"KubeanKarpenterNodeClaim\"}}"), "0+10x30"),
+                // Denials a kubelet can get (no NodeClaim yet, a broken request): never forged.
+                series(&format!("{denied}{{reason=\"no_claim\"}}"), "0+1x30"),
+                series(&format!("{denied}{{reason=\"malformed_request\"}}"), "0+1x30"),
+                series(&format!("{denied}{{reason=\"invalid_name\"}}"), "0x30"),
             ],
             "alert_rule_test": [
                 check(token, "100m", vec![]),
                 check(backlog, "20m", vec![]),
                 check(limit, "20m", vec![]),
                 check(denials, "20m", vec![]),
+                check(forged, "20m", vec![]),
             ],
         }),
         json!({
@@ -201,6 +208,9 @@ fn cases(groups: &Value) -> Vec<Value> {
                 // A denial a minute; contested ones stay at 0.
                 series(&format!("{decisions}{{condition=\"Denied\",reason=\"KubeanKarpenterRefused\"}}"), "0+1x30"),
                 series(&format!("{decisions}{{condition=\"Denied\",reason=\"KubeanKarpenterContested\"}}"), "0x30"),
+                // One CSR for a name that is no instance ID at minute 6: the alert fires at once.
+                series(&format!("{denied}{{reason=\"invalid_name\"}}"), "0x5 1x25"),
+                series(&format!("{denied}{{reason=\"approved_before\"}}"), "0x30"),
             ],
             "alert_rule_test": [
                 check(backlog, "3m", vec![]),
@@ -209,6 +219,8 @@ fn cases(groups: &Value) -> Vec<Value> {
                 check(limit, "15m", vec![firing(groups, limit, json!({ "nodepool": "shared-a10g" }))]),
                 check(denials, "2m", vec![]),
                 check(denials, "20m", vec![firing(groups, denials, json!({ "reason": "KubeanKarpenterRefused" }))]),
+                check(forged, "3m", vec![]),
+                check(forged, "10m", vec![firing(groups, forged, json!({ "reason": "invalid_name" }))]),
             ],
         }),
     ]
@@ -231,7 +243,7 @@ fn write_tests(dir: &Path, groups: &Value) {
 fn every_alert_is_valid_promql_and_has_a_runbook_naming_a_doctor_check() {
     let groups = groups(&cluster());
     let rules = groups[0]["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 6, "every alert applies to this fixture");
+    assert_eq!(rules.len(), 7, "every alert applies to this fixture");
     for rule in rules {
         let runbook = rule["annotations"]["runbook"].as_str().unwrap();
         assert!(
@@ -246,7 +258,7 @@ fn every_alert_is_valid_promql_and_has_a_runbook_naming_a_doctor_check() {
     write_rules(dir.path(), &groups);
     let (ok, out) = promtool(dir.path(), &["check", "rules", "rules.yaml"]);
     assert!(ok, "{out}");
-    assert!(out.contains("SUCCESS: 6 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 7 rules found"), "{out}");
 }
 
 #[test]
@@ -298,6 +310,30 @@ fn the_unit_tests_can_fail() {
         out.contains("KubeanKarpenterGpuNodeNotInitialized"),
         "{out}"
     );
+}
+
+#[test]
+fn the_forged_csr_alert_test_can_fail() {
+    // The same tests against a forged-CSR alert that waits for a second denial: its firing
+    // case (one `invalid_name` denial) must fail.
+    if !promtool_or_skip() {
+        return;
+    }
+    let groups = groups(&cluster());
+    let mut lax = groups.clone();
+    let rules = lax[0]["rules"].as_array_mut().unwrap();
+    let forged = rules
+        .iter_mut()
+        .find(|r| r["alert"] == "KubeanKarpenterNodeCsrForged")
+        .unwrap();
+    let expr = forged["expr"].as_str().unwrap().replace("> 0", "> 1");
+    forged["expr"] = json!(expr);
+    let dir = TempDir::new().unwrap();
+    write_rules(dir.path(), &lax);
+    write_tests(dir.path(), &groups);
+    let (ok, out) = promtool(dir.path(), &["test", "rules", "tests.yaml"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("KubeanKarpenterNodeCsrForged"), "{out}");
 }
 
 /// Every (expr) of the dashboard's panels.
