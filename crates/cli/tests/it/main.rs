@@ -17,6 +17,7 @@ mod crd_testbed;
 mod disrupt_testbed;
 mod doctor_drift_testbed;
 mod fuzz_corpus;
+mod kubeconfig_testbed;
 mod kueue_testbed;
 mod lint;
 mod mirror_registry;
