@@ -186,7 +186,7 @@ pub async fn vet(
                 return Err(KubeconfError::Unsafe {
                     origin: origin.to_owned(),
                     path: format!("users[{i}].user.{key}"),
-                    what: *what,
+                    what,
                 });
             }
         }

@@ -36,10 +36,11 @@ fn accepted_sockets(port: u16) -> usize {
                 .and_then(|a| a.rsplit(':').next())
                 .and_then(|p| u16::from_str_radix(p, 16).ok());
             // 0A: LISTEN, the listening socket itself.
-            if local_port == Some(port) && f.get(3) != Some(&"0A") {
-                if let Some(inode) = f.get(9).filter(|i| **i != "0") {
-                    inodes.insert(inode.to_string());
-                }
+            if local_port == Some(port)
+                && f.get(3) != Some(&"0A")
+                && let Some(inode) = f.get(9).filter(|i| **i != "0")
+            {
+                inodes.insert(inode.to_string());
             }
         }
     }
