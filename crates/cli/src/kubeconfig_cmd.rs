@@ -2,6 +2,11 @@
 //! stored in its `<cluster>-kubeconf` ConfigMap on the management cluster and writes it to a
 //! private file (0600), for `caBundle.kubeconfig` and `access.kubeconfig`. The kubeconfig holds
 //! admin credentials: it is never printed.
+//!
+//! Whoever can write that ConfigMap is not trusted to run code here or to choose the CA every
+//! node pins: `kk_live::kubeconf::vet` refuses exec plugins, auth providers and local file
+//! references (unless `--allow-exec`) and compares the CA with the one the cluster serves and
+//! publishes, before anything is written.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,13 @@ pub struct KubeconfigArgs {
     /// Kubeconfig context of the management cluster.
     #[arg(long)]
     mgmt_context: Option<String>,
+    /// Accept a kubeconfig whose users run an exec plugin or auth provider, or read local
+    /// files (tokenFile, client-certificate, client-key, certificate-authority): it would
+    /// run them on this machine whenever it is used. Refused by default: the ConfigMap is
+    /// written by whoever administers the management cluster. The CA is compared with the
+    /// cluster's either way.
+    #[arg(long)]
+    allow_exec: bool,
     /// Report format: text or json (never the kubeconfig itself).
     #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
     output: String,
@@ -64,19 +76,28 @@ pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let text = runtime.block_on(async {
-        let client = kk_live::make_client(&management)
-            .await
-            .map_err(|e| Failure(format!("management cluster: {e}")))?;
-        kk_live::kubeconf::fetch(&client, namespace, cluster)
-            .await
-            .map_err(|e| Failure(format!("management cluster: {e}")))
-    })?;
     let source = format!(
         "ConfigMap {namespace}/{}",
         kk_live::kubeconf::configmap_name(cluster)
     );
-    let hash = ca_hash_of(&text).map_err(|e| Failure(format!("{source}: {e}")))?;
+    let trust = kk_live::kubeconf::Trust {
+        allow_exec: args.allow_exec,
+    };
+    let (text, vetted) = runtime.block_on(async {
+        let client = kk_live::make_client(&management)
+            .await
+            .map_err(|e| Failure(format!("management cluster: {e}")))?;
+        let text = kk_live::kubeconf::fetch(&client, namespace, cluster)
+            .await
+            .map_err(|e| Failure(format!("management cluster: {e}")))?;
+        // Nothing is written, and no credential of it used, before it passes.
+        let vetted =
+            kk_live::kubeconf::vet(&text, &source, trust, kk_live::kubeconf::Reach::Itself)
+                .await
+                .map_err(|e| Failure(e.to_string()))?;
+        Ok::<_, Failure>((text, vetted))
+    })?;
+    let hash = vetted.ca_hash;
     write_private(&args.file, text.as_bytes())?;
     if args.output == "json" {
         println!(
@@ -96,24 +117,6 @@ pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
         );
     }
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// The CA hash of the first cluster's certificate-authority-data: proof the text is a
-/// kubeconfig with a CA before it is written anywhere.
-fn ca_hash_of(text: &str) -> Result<String, String> {
-    let docs = kk_model::yaml::load_documents(text, Default::default())
-        .map_err(|e| format!("not a kubeconfig: {}", e.message))?;
-    let config = docs.first().map(|d| &d.value).ok_or("empty kubeconfig")?;
-    let data = config["clusters"][0]["cluster"]["certificate-authority-data"]
-        .as_str()
-        .ok_or("the kubeconfig's first cluster has no certificate-authority-data")?;
-    use base64::Engine;
-    let pem = base64::engine::general_purpose::STANDARD
-        .decode(data.trim())
-        .map_err(|e| format!("certificate-authority-data is not base64: {e}"))?;
-    kk_render::ClusterCa::from_pem(&pem)
-        .map(|ca| ca.cert_hash)
-        .map_err(|e| e.to_string())
 }
 
 /// Written to a 0600 temporary file beside the target, then renamed into place.

@@ -100,6 +100,15 @@ async fn kube_side(client: &Client, o: &mut Observed) {
         &mut unreadable,
     )
     .await;
+    // Its CA becomes the spec's: the same check as every kubeconfig read from a cluster.
+    if let Some(text) = &o.cluster_info_kubeconfig {
+        let reach = crate::kubeconf::Reach::Client(client, "kube-public");
+        let origin = "ConfigMap kube-public/cluster-info";
+        if let Err(e) = crate::kubeconf::vet(text, origin, Default::default(), reach).await {
+            unreadable.push(e.to_string());
+            o.cluster_info_kubeconfig = None;
+        }
+    }
     // The CCM's cloud config: whichever kube-system ConfigMap holds a [Global] cluster ID.
     let system: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
     match system.list(&ListParams::default()).await {

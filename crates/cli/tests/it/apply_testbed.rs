@@ -273,9 +273,17 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("base64: "))
         .unwrap();
-    let secret_key = "RkFLRS1BRE1JTi1LRVktZm9yLXRoZS10ZXN0";
+    // The new cluster is the testbed too: `kubeconfig` compares the CA with the one its
+    // server serves and the one kube-root-ca.crt publishes (issue #47 item 6).
+    let secret_key = testbed.env["KK_TESTBED_ADMIN_TOKEN"].clone();
+    let server = &testbed.env["KK_TESTBED_APISERVER"];
+    let testbed_ca = std::fs::read_to_string(&testbed.env["KK_TESTBED_CA"]).unwrap();
+    let testbed_ca_b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&testbed_ca)
+    };
     let kubeconfig = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster.local\n  cluster:\n    certificate-authority-data: {ca}\n    server: https://10.0.1.10:6443\ncontexts:\n- name: kubernetes-admin@cluster.local\n  context: {{cluster: cluster.local, user: kubernetes-admin}}\ncurrent-context: kubernetes-admin@cluster.local\nusers:\n- name: kubernetes-admin\n  user: {{client-certificate-data: Q0VSVA==, client-key-data: {secret_key}}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster.local\n  cluster:\n    certificate-authority-data: {testbed_ca_b64}\n    server: {server}\ncontexts:\n- name: kubernetes-admin@cluster.local\n  context: {{cluster: cluster.local, user: kubernetes-admin, namespace: {namespace}}}\ncurrent-context: kubernetes-admin@cluster.local\nusers:\n- name: kubernetes-admin\n  user: {{token: {secret_key}}}\n"
     );
     let target = dir.path().join(format!("{cluster}.kubeconfig"));
     let run = |extra: &[&str]| {
@@ -297,7 +305,24 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
         format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}}}\n"),
     )
     .unwrap();
+    // No controller-manager publishes kube-root-ca.crt on the testbed.
+    let root_ca = dir.path().join("root-ca.json");
+    std::fs::write(
+        &root_ca,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kube-root-ca.crt", "namespace": namespace},
+            "data": {"ca.crt": testbed_ca},
+        })
+        .to_string(),
+    )
+    .unwrap();
     assert!(apply(&testbed, &[ns.to_str().unwrap()]).status.success());
+    assert!(
+        apply(&testbed, &[root_ca.to_str().unwrap()])
+            .status
+            .success()
+    );
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -326,13 +351,18 @@ fn stage_two_takes_the_kubeconfig_kubean_stored() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        !stdout.contains(secret_key) && !stderr.contains(secret_key),
+        !stdout.contains(&secret_key) && !stderr.contains(&secret_key),
         "the admin key leaked"
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let pem_hash = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .args(["ca-hash", "--pem"])
+        .arg(&testbed.env["KK_TESTBED_CA"])
+        .output()
+        .unwrap();
     assert_eq!(
-        report["caCertHash"],
-        "sha256:21653cfdac168d446a75e375b2a11321106dc4c67610b50c31d2db403838754e"
+        report["caCertHash"].as_str().unwrap(),
+        String::from_utf8_lossy(&pem_hash.stdout).trim()
     );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), kubeconfig);
     let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;

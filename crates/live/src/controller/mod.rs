@@ -14,10 +14,12 @@
 //! has passed (nodes that read the old token just before may still be joining). It never
 //! reads a Secret; expired tokens are left to kube-controller-manager's tokencleaner. Two or
 //! more replicas elect a leader through a Lease.
-//! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr`.
+//! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr` by [`listener`], which
+//! bounds what an unauthenticated client can hold.
 
 pub mod csr_approver;
 mod leader;
+pub mod listener;
 mod metrics;
 pub mod orphan_sweep;
 mod rotator;
@@ -194,7 +196,7 @@ pub struct Controller {
     config: ControllerConfig,
     leadership: Arc<Leadership>,
     metrics: Arc<Metrics>,
-    listener: Option<tokio::net::TcpListener>,
+    listener: Option<listener::HttpListener>,
 }
 
 impl Controller {
@@ -276,9 +278,10 @@ impl Controller {
         self.metrics.clone()
     }
 
-    /// Listens for `/metrics`, `/healthz`, `/readyz`; returns the bound address (port 0 works).
+    /// Listens for `/metrics`, `/healthz`, `/readyz` within the default [`listener::Limits`];
+    /// returns the bound address (port 0 works).
     pub async fn bind(&mut self, addr: SocketAddr) -> Result<SocketAddr, ControllerError> {
-        let listener = tokio::net::TcpListener::bind(addr)
+        let listener = listener::HttpListener::bind(addr, listener::Limits::default())
             .await
             .map_err(|source| ControllerError::Bind { addr, source })?;
         let local = listener
@@ -286,6 +289,11 @@ impl Controller {
             .map_err(|source| ControllerError::Bind { addr, source })?;
         self.listener = Some(listener);
         Ok(local)
+    }
+
+    /// The bound listener's counters (`None` before [`Controller::bind`]).
+    pub fn listener_stats(&self) -> Option<listener::ListenerStats> {
+        self.listener.as_ref().map(listener::HttpListener::stats)
     }
 
     /// Runs until `shutdown` completes, then finishes the current step, releases the lease
@@ -412,18 +420,9 @@ impl Controller {
         };
         let server = async {
             if let Some(listener) = listener {
-                let mut stop = stop_rx.clone();
-                let serve = axum::serve(listener, metrics::router(metrics.clone()))
-                    .with_graceful_shutdown(async move {
-                        while !*stop.borrow() {
-                            if stop.changed().await.is_err() {
-                                break;
-                            }
-                        }
-                    });
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "the metrics server stopped");
-                }
+                listener
+                    .serve(metrics::router(metrics.clone()), stop_rx.clone())
+                    .await;
             }
         };
         let trigger = async {
