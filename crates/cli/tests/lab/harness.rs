@@ -176,21 +176,27 @@ try:
 except sm.exceptions.ResourceNotFoundException:
     pass";
 
-const TERMINATE_LEAKED: &str = "ids = [i['InstanceId']
+/// `ids`: Karpenter's instances that are pending or running (the start of the two scripts below).
+macro_rules! karpenter_instance_ids {
+    () => {
+        "ids = [i['InstanceId']
        for page in ec2.get_paginator('describe_instances').paginate(
            Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']},
                     {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])
        for r in page['Reservations'] for i in r['Instances']]
-if ids:
-    ec2.terminate_instances(InstanceIds=ids)";
-
+"
+    };
+}
+const TERMINATE_LEAKED: &str = concat!(
+    karpenter_instance_ids!(),
+    "if ids:\n    ec2.terminate_instances(InstanceIds=ids)"
+);
 /// Karpenter's instances that are pending or running, comma-separated.
-const LIVE_INSTANCES: &str = "ids = [i['InstanceId']
-       for page in ec2.get_paginator('describe_instances').paginate(
-           Filters=[{'Name': 'tag-key', 'Values': ['karpenter.sh/nodepool']},
-                    {'Name': 'instance-state-name', 'Values': ['pending', 'running']}])
-       for r in page['Reservations'] for i in r['Instances']]
-print(', '.join(ids))";
+const LIVE_INSTANCES: &str = concat!(karpenter_instance_ids!(), "print(', '.join(ids))");
+
+fn release_finalizers() -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"finalizers": null}}))
+}
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -841,12 +847,7 @@ impl Lab {
         let remaining = self.nodeclaims();
         if !remaining.is_empty() {
             self.aws(TERMINATE_LEAKED);
-            let claims = self.dynamic("karpenter.sh", "v1", "NodeClaim");
-            let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-            for claim in &remaining {
-                let name = claim.metadata.name.clone().unwrap_or_default();
-                let _ = rt.block_on(claims.patch(&name, &PatchParams::default(), &release));
-            }
+            self.release_nodeclaims(&remaining);
             // A claim not yet Launched may have its CreateFleet in flight: its instance would
             // come up after the pass above. Give it time to land before the pass below.
             if remaining.iter().any(|c| !is_true(c, "Launched")) {
@@ -885,15 +886,7 @@ impl Lab {
         steps.took("instances halted");
         // Nodes of halted instances: nothing (no node lifecycle controller of a cloud) removes them
         // before the CCM notices; remove them so the next test starts clean.
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let _ =
-            rt.block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
-        // Karpenter's termination finalizer on a Node whose NodeClaim was released above.
-        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-        for node in self.nodes() {
-            let name = node.metadata.name.unwrap_or_default();
-            let _ = rt.block_on(nodes.patch(&name, &PatchParams::default(), &release));
-        }
+        self.remove_nodes();
         // The next deploy waits for its own rotator to publish the join configuration.
         self.aws(DELETE_STORES);
         steps.took("Nodes and stores");
@@ -982,9 +975,7 @@ impl Lab {
     /// The reset's deletes once more, for what appeared after them.
     fn clean_again(&self) {
         self.aws(TERMINATE_LEAKED);
-        let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
         let claims = self.dynamic("karpenter.sh", "v1", "NodeClaim");
-        let nodes: Api<Node> = Api::all(self.client.clone());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
         self.rt.block_on(async {
             let _ = claims
@@ -996,21 +987,37 @@ impl Lab {
                     &ListParams::default(),
                 )
                 .await;
-            let _ = nodes
-                .delete_collection(&DeleteParams::default(), &ListParams::default())
-                .await;
         });
-        for claim in self.nodeclaims() {
-            let name = claim.metadata.name.unwrap_or_default();
-            let _ = self
-                .rt
-                .block_on(claims.patch(&name, &PatchParams::default(), &release));
+        self.release_nodeclaims(&self.nodeclaims());
+        self.remove_nodes();
+    }
+
+    /// Takes the finalizers off `claims`, as an operator forcing them would (their instances
+    /// are terminated by the caller).
+    fn release_nodeclaims(&self, claims: &[DynamicObject]) {
+        let api = self.dynamic("karpenter.sh", "v1", "NodeClaim");
+        for claim in claims {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let _ =
+                self.rt
+                    .block_on(api.patch(&name, &PatchParams::default(), &release_finalizers()));
         }
+    }
+
+    /// Deletes every Node and takes Karpenter's termination finalizer off those whose
+    /// NodeClaim was released.
+    fn remove_nodes(&self) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let _ = self
+            .rt
+            .block_on(nodes.delete_collection(&DeleteParams::default(), &ListParams::default()));
         for node in self.nodes() {
             let name = node.metadata.name.unwrap_or_default();
-            let _ = self
-                .rt
-                .block_on(nodes.patch(&name, &PatchParams::default(), &release));
+            let _ = self.rt.block_on(nodes.patch(
+                &name,
+                &PatchParams::default(),
+                &release_finalizers(),
+            ));
         }
     }
 }
