@@ -170,19 +170,6 @@ fn decoded_tokens(text: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(files(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
-}
-
 /// Policy check (reads rendered text, performs no attack): no bundle rendered from the
 /// fixtures carries "PRIVATE KEY", neither as text nor inside any base64 value (Karpenter's
 /// `clusterCABundle`, nodeadm's `certificateAuthority`, userData). The iam-eks fixture renders
@@ -206,7 +193,7 @@ fn policy_check_no_rendered_bundle_carries_a_private_key() {
             .unwrap();
         assert!(render.status.success(), "{}", output_text(&render));
         let mut decoded = 0;
-        for path in files(&out) {
+        for path in crate::partition::files(&out) {
             let text = std::fs::read_to_string(&path).unwrap();
             assert!(!text.contains("PRIVATE KEY"), "{}", path.display());
             for bytes in decoded_tokens(&text) {

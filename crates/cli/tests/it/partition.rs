@@ -65,7 +65,8 @@ fn arns(text: &str) -> Vec<(String, String)> {
     out
 }
 
-fn files(dir: &Path) -> Vec<PathBuf> {
+/// Every file under `dir` (the ca_bundle tests read rendered bundles with it too).
+pub(crate) fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
