@@ -139,5 +139,9 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         "cloud/node-registration-policy.yaml",
         &crate::node_registration::manifests(),
     )?;
+    bundle.add_yaml(
+        "cloud/node-identity-policy.yaml",
+        &crate::node_identity::manifests(&cluster.spec),
+    )?;
     bundle.add_release(crate::helm::ebs_csi_driver(), ebs_csi_values(cluster))
 }

@@ -26,6 +26,7 @@ pub mod kubean_ops;
 pub mod kueue;
 pub mod monitoring;
 pub mod names;
+pub mod node_identity;
 pub mod node_registration;
 pub mod nodeadm;
 mod order;

@@ -7,6 +7,7 @@ mod common;
 mod csr_approver;
 mod join_tokens;
 mod listener_flood;
+mod node_identity;
 mod node_registration;
 mod rotator;
 mod rotator_pod_security;
