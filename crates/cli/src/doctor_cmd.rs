@@ -120,28 +120,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
         Ok::<_, Failure>(doctor::run(&client, &probe, sdk.as_ref(), &facts).await)
     })?;
     if args.output == "text" {
-        let mut out = std::io::stdout().lock();
-        for c in &report.checks {
-            writeln!(
-                out,
-                "{:<8} {:<28} {}",
-                c.status.as_str().to_uppercase(),
-                c.id,
-                c.title
-            )?;
-            for e in &c.evidence {
-                writeln!(out, "         {:<28}   {e}", "")?;
-            }
-            if c.status != Status::Ok && c.status != Status::Skipped && !c.fix.is_empty() {
-                writeln!(out, "         {:<28}   fix: {}", "", c.fix)?;
-            }
-        }
-        let summary = report.to_json()["summary"].clone();
-        writeln!(
-            out,
-            "{} ok, {} warn, {} fail, {} skipped in {:.2}s",
-            summary["ok"], summary["warn"], summary["fail"], summary["skipped"], summary["seconds"]
-        )?;
+        write_text(&report, &mut std::io::stdout().lock())?;
     } else {
         print_value(&report.to_json(), &args.output)?;
     }
@@ -150,4 +129,70 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The report as text. Evidence quotes the cluster (names, messages a node or a pod wrote):
+/// every field is escaped for the terminal (issue 47).
+fn write_text(report: &doctor::Report, out: &mut impl Write) -> std::io::Result<()> {
+    use kk_model::visible;
+    for c in &report.checks {
+        writeln!(
+            out,
+            "{:<8} {:<28} {}",
+            c.status.as_str().to_uppercase(),
+            c.id,
+            visible(c.title)
+        )?;
+        for e in &c.evidence {
+            writeln!(out, "         {:<28}   {}", "", visible(e))?;
+        }
+        if c.status != Status::Ok && c.status != Status::Skipped && !c.fix.is_empty() {
+            writeln!(out, "         {:<28}   fix: {}", "", visible(&c.fix))?;
+        }
+    }
+    let summary = report.to_json()["summary"].clone();
+    writeln!(
+        out,
+        "{} ok, {} warn, {} fail, {} skipped in {:.2}s",
+        summary["ok"], summary["warn"], summary["fail"], summary["skipped"], summary["seconds"]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The attack (issue 47): a node's name or a pod's message carries an escape sequence, a
+    /// bidi override or a newline that forges a doctor line; doctor quotes it as evidence.
+    #[test]
+    fn evidence_from_the_cluster_is_printed_escaped() {
+        let report = doctor::Report {
+            checks: vec![doctor::Check {
+                id: "nodes-ready",
+                title: "every node Ready",
+                status: Status::Fail,
+                evidence: vec!["node i-0abc\u{1b}[2J\u{202e}\nOK       all-good".into()],
+                fix: "look at \u{1b}]0;x\u{7}".into(),
+            }],
+            elapsed: std::time::Duration::ZERO,
+        };
+        let mut out = Vec::new();
+        write_text(&report, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            !text
+                .chars()
+                .any(|c| c != '\n' && kk_model::visible::is_unsafe(c)),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("node i-0abc\\e[2J\\u{202e}\\nOK       all-good"),
+            "{text}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("OK")),
+            "a forged line: {text}"
+        );
+        assert!(text.contains("fix: look at \\e]0;x\\u{7}"), "{text}");
+    }
 }

@@ -175,7 +175,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(Failure(message)) => {
-            eprintln!("error: {message}");
+            // Errors quote what the cluster or AWS answered: escaped for the terminal, line by
+            // line (a located error spans lines of its own).
+            let lines: Vec<_> = message.split('\n').map(kk_model::visible).collect();
+            eprintln!("error: {}", lines.join("\n"));
             ExitCode::from(2)
         }
     }

@@ -55,7 +55,10 @@ pub struct VerifyArgs {
     output: String,
 }
 
+/// Everything from the cluster (notes, what verify saw, errors) is escaped: a node or a pod
+/// writes those bytes (issue 47).
 fn table(results: &[PoolResult]) -> String {
+    use kk_model::visible;
     let mut out = String::new();
     for r in results {
         out.push_str(&format!("pool {}\n", r.pool));
@@ -73,7 +76,7 @@ fn table(results: &[PoolResult]) -> String {
             Outcome::Passed { note } => {
                 out.push_str("  PASSED\n");
                 if let Some(n) = note {
-                    out.push_str(&format!("  note: {n}\n"));
+                    out.push_str(&format!("  note: {}\n", visible(n)));
                 }
             }
             Outcome::Stalled {
@@ -87,13 +90,13 @@ fn table(results: &[PoolResult]) -> String {
                     after.as_secs_f64()
                 ));
                 for e in evidence {
-                    out.push_str(&format!("    saw: {e}\n"));
+                    out.push_str(&format!("    saw: {}\n", visible(e)));
                 }
                 for c in causes {
-                    out.push_str(&format!("    likely causes: {c}\n"));
+                    out.push_str(&format!("    likely causes: {}\n", visible(c)));
                 }
             }
-            Outcome::Error(e) => out.push_str(&format!("  ERROR {e}\n")),
+            Outcome::Error(e) => out.push_str(&format!("  ERROR {}\n", visible(e))),
         }
     }
     out
@@ -281,4 +284,38 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kk_live::verify::{Phase, PoolResult};
+
+    /// The attack (issue 47): what verify saw (an Event's message, a pod's reason) carries an
+    /// escape sequence or a newline that forges a PASSED line; the table shows it escaped.
+    #[test]
+    fn what_verify_saw_in_the_cluster_is_printed_escaped() {
+        let results = [PoolResult {
+            pool: "gpu".into(),
+            phases: vec![Phase {
+                name: "NodeClaim created".into(),
+                at: Duration::from_secs(3),
+            }],
+            outcome: Outcome::Stalled {
+                phase: "Node Ready".into(),
+                after: Duration::from_secs(600),
+                causes: vec!["\u{1b}]0;pwned\u{7}".into()],
+                evidence: vec!["event: x\n  PASSED".into()],
+            },
+        }];
+        let text = table(&results);
+        assert!(
+            !text
+                .chars()
+                .any(|c| c != '\n' && kk_model::visible::is_unsafe(c)),
+            "{text:?}"
+        );
+        assert!(!text.contains("\n  PASSED"), "a forged line: {text}");
+        assert!(text.contains("saw: event: x\\n  PASSED"), "{text}");
+    }
 }

@@ -325,7 +325,8 @@ fn wrapped(text: &str, width: usize, indent: usize, tone: Tone) -> Vec<Line> {
     out
 }
 
-/// Cuts a line to `width` characters.
+/// Cuts a line to `width` characters. Every line passes here, so here is where text from the
+/// cluster (names, pod and reason strings a node or a pod wrote) is escaped for the terminal.
 fn clip(line: Line, width: usize) -> Line {
     let mut left = width;
     let mut out = Vec::new();
@@ -333,6 +334,7 @@ fn clip(line: Line, width: usize) -> Line {
         if left == 0 {
             break;
         }
+        let text = kk_model::visible(&text).into_owned();
         let n = text.chars().count();
         if n <= left {
             left -= n;
@@ -397,5 +399,20 @@ mod tests {
         let n: usize = clipped.iter().map(|(t, _)| t.chars().count()).sum();
         assert_eq!(n, 80);
         assert!(clipped[1].0.ends_with('…'));
+    }
+
+    /// The attack (issue 47): a kubelet names itself, or a pod's reason carries, an escape
+    /// sequence that would retitle the operator's terminal, a bidi override, a newline that
+    /// forges a line of the table. What reaches the screen carries none of them as themselves.
+    #[test]
+    fn text_from_the_cluster_reaches_the_terminal_escaped() {
+        let line = vec![
+            ("\u{1b}]0;owned\u{7}node".to_owned(), Tone::Plain),
+            ("a\u{202e}b\nFORGED".to_owned(), Tone::Warn),
+        ];
+        let clipped = clip(line, 80);
+        let text: String = clipped.iter().map(|(t, _)| t.as_str()).collect();
+        assert!(!text.chars().any(kk_model::visible::is_unsafe), "{text:?}");
+        assert_eq!(text, "\\e]0;owned\\u{7}nodea\\u{202e}b\\nFORGED");
     }
 }
