@@ -19,6 +19,9 @@ use serde_json::{Map, Number, Value};
 
 use crate::path::{FieldPath, PathSeg};
 
+mod reindent;
+use reindent::{Reindented, is_flow_indentation};
+
 /// A 1-based line and column in the source text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Pos {
@@ -335,17 +338,44 @@ fn load_with(text: &str, limits: LoadLimits, locate: bool) -> Result<Vec<Documen
             ),
         });
     }
-    let mut builder = Builder {
-        parser: Parser::new_from_str(text),
-        limits,
-        nodes: 0,
-        bytes: 0,
-        anchors: HashMap::new(),
-        held: (0, 0),
-        locate,
-        pending: Vec::new(),
-    };
-    builder.stream()
+    let mut reindented: Option<Reindented> = None;
+    loop {
+        let current = reindented.as_ref().map_or(text, |r| r.text.as_str());
+        let mut builder = Builder {
+            parser: Parser::new_from_str(current),
+            limits,
+            nodes: 0,
+            bytes: 0,
+            anchors: HashMap::new(),
+            held: (0, 0),
+            locate,
+            pending: Vec::new(),
+        };
+        match builder.stream() {
+            Ok(mut docs) => {
+                if let Some(r) = &reindented {
+                    for doc in &mut docs {
+                        r.restore(doc);
+                    }
+                }
+                return Ok(docs);
+            }
+            Err(e) if is_flow_indentation(&e) => {
+                let r = reindented.get_or_insert_with(|| Reindented::new(text));
+                if !r.shift(e.pos.line) {
+                    let mut e = e;
+                    e.pos = r.original(e.pos);
+                    return Err(e);
+                }
+            }
+            Err(mut e) => {
+                if let Some(r) = &reindented {
+                    e.pos = r.original(e.pos);
+                }
+                return Err(e);
+            }
+        }
+    }
 }
 
 struct Builder<'a> {
