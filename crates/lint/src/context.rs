@@ -28,6 +28,21 @@ impl NodeClassView<'_> {
         &self.obj.name
     }
 
+    /// The AMI family, lower case (`al2023`, `custom`, `bottlerocket`…): `spec.amiFamily`, else
+    /// the family of the first alias (Karpenter v1 takes the family from an alias term when
+    /// `amiFamily` is left out). `None` when neither says.
+    pub fn family(&self) -> Option<String> {
+        if let Some(family) = self.class.spec.ami_family.as_deref() {
+            return Some(family.to_ascii_lowercase());
+        }
+        self.class
+            .spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
+            .map(|a| a.split('@').next().unwrap_or(a).to_ascii_lowercase())
+    }
+
     /// `spec.metadataOptions.httpTokens`, defaulted as Karpenter does (`required`).
     pub fn http_tokens(&self) -> &str {
         self.class

@@ -148,4 +148,34 @@ pub struct RuleMeta {
     pub summary: &'static str,
     /// Markdown with the sections `## What`, `## Why`, `## Example`, `## Fix`, in that order.
     pub doc: &'static str,
+    /// `Some` for a rule that encodes this project's advice (the seed runbooks' choices) rather
+    /// than a defect Karpenter or the cluster would show: its findings say so.
+    pub advice: Option<Advice>,
+}
+
+/// What an advice rule's findings add: that it is advice, the alternative, what that costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advice {
+    /// What people do instead, e.g. "follow `@latest`".
+    pub alternative: &'static str,
+    /// What the alternative costs, e.g. "every AMI release replaces every node".
+    pub cost: &'static str,
+}
+
+impl RuleMeta {
+    /// The sentence an advice rule's findings end with: that it is advice, the alternative and
+    /// its cost, and the two ways to silence it.
+    pub fn advice_note(&self) -> Option<String> {
+        let advice = self.advice?;
+        Some(format!(
+            "this is the project's advice, not a defect: the alternative, {}, costs {}; silence \
+             it with `# {} disable={}` above the line or `disable: [{}]` in {}",
+            advice.alternative,
+            advice.cost,
+            crate::suppress::DIRECTIVE,
+            self.code,
+            self.code,
+            crate::config::CONFIG_FILE_NAME,
+        ))
+    }
 }

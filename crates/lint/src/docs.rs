@@ -55,13 +55,28 @@ pub fn rule_page(rule: &dyn Rule) -> String {
          Default severity: **{severity}**. Disable with `disable: [{code}]` in \
          `.kubean-karpenter-lint.yaml`, or `# kubean-karpenter-lint: disable={code}` on or above \
          the line.\n\n\
-         {doc}\n",
+         {advice}{doc}\n",
         code = meta.code,
         name = meta.name,
         summary = meta.summary,
         severity = meta.severity,
+        advice = advice_paragraph(meta),
         doc = meta.doc.trim(),
     )
+}
+
+/// For an advice rule: that it is advice, the alternative and what it costs, and that SARIF
+/// reports it as a note.
+fn advice_paragraph(meta: &crate::rule::RuleMeta) -> String {
+    match meta.advice {
+        Some(advice) => format!(
+            "**Advice, not a defect.** This rule encodes the seed runbooks' choice; Karpenter and \
+             the cluster work either way. The alternative, {}, costs {}. Its findings say so, \
+             and SARIF reports them as notes.\n\n",
+            advice.alternative, advice.cost
+        ),
+        None => String::new(),
+    }
 }
 
 /// What `lint --explain` prints: the page without the generated-file marker.
@@ -80,6 +95,8 @@ pub fn index() -> String {
          # kubean-karpenter lint rules\n\n\
          `kubean-karpenter lint --explain CODE` prints a rule's page; see [../lint.md](../lint.md) for \
          usage, output formats and suppressions.\n\n\
+         Rules marked *advice* encode the seed runbooks' choices rather than defects; their \
+         findings say so and name the alternative.\n\n\
          | Code | Name | Severity | Summary |\n\
          | --- | --- | --- | --- |\n",
     );
@@ -90,7 +107,11 @@ pub fn index() -> String {
             code = meta.code,
             name = meta.name,
             severity = meta.severity,
-            summary = meta.summary,
+            summary = if meta.advice.is_some() {
+                format!("*advice*: {}", meta.summary)
+            } else {
+                meta.summary.to_owned()
+            },
         ));
     }
     out

@@ -70,6 +70,14 @@ pub fn check(loaded: &Loaded, config: &Config) -> Report {
             report.suppressed += 1;
             continue;
         }
+        // An advice rule's finding says it is advice, the alternative, and how to silence it.
+        if let Some(note) = RULES
+            .iter()
+            .find(|r| r.code() == diagnostic.code)
+            .and_then(|r| r.meta().advice_note())
+        {
+            diagnostic.message = format!("{} ({note})", diagnostic.message);
+        }
         // Code frames never show a bootstrap token or AWS key (KK009 masks them in messages).
         diagnostic.source_line = source
             .and_then(|s| s.line(diagnostic.pos.line))

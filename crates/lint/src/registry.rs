@@ -43,6 +43,15 @@
 //! | KK032 | kueue     | kueue-quota-above-pool-limits                                      |
 //! | KK033 | gpu       | gpu-sharing-without-overlay                                        |
 //! | KK034 | gpu       | gpu-operator-tolerations                                           |
+//! | KK035 | nodeclass | custom-family-without-userdata                                     |
+//! | KK036 | nodeclass | ami-alias-version-unresolvable                                     |
+//! | KK037 | nodepool  | unregistered-taint-in-pool                                         |
+//! | KK038 | userdata  | mime-userdata-unclosed                                             |
+//! | KK039 | userdata  | double-bootstrap                                                   |
+//! | KK040 | nodeclass | imds-tokens-optional                                               |
+//! | KK041 | nodepool  | neuron-pool-untainted                                              |
+//! | KK042 | nodepool  | repeated-requirement-key                                           |
+//! | KK043 | nodepool  | zero-budget-always-active                                          |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -84,6 +93,15 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::kueue::quota_above_limits::KueueQuotaAbovePoolLimits,
     &rules::gpu::sharing_overlay::GpuSharingWithoutOverlay,
     &rules::gpu::operator_tolerations::GpuOperatorTolerations,
+    &rules::nodeclass::custom_without_userdata::CustomFamilyWithoutUserData,
+    &rules::nodeclass::ami_alias_version::AmiAliasVersionUnresolvable,
+    &rules::nodepool::unregistered_taint::UnregisteredTaintInPool,
+    &rules::userdata::mime_boundary::MimeUserDataUnclosed,
+    &rules::userdata::double_bootstrap::DoubleBootstrap,
+    &rules::nodeclass::imds_tokens_optional::ImdsTokensOptional,
+    &rules::nodepool::neuron_untainted::NeuronPoolUntainted,
+    &rules::nodepool::repeated_requirement_key::RepeatedRequirementKey,
+    &rules::nodepool::zero_budget_without_schedule::ZeroBudgetAlwaysActive,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

@@ -7,10 +7,20 @@
 
 use serde_json::{Value, json};
 
-use crate::diagnostic::{Diagnostic, Report, Severity};
+use crate::diagnostic::{Diagnostic, Report, RuleMeta, Severity};
 use crate::registry::RULES;
 
 pub const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+
+/// An advice rule's findings are notes, whatever their severity: code scanning shows them
+/// without failing a check on them (their message says why).
+fn rule_level(meta: &RuleMeta, severity: Severity) -> &'static str {
+    if meta.advice.is_some() {
+        "note"
+    } else {
+        level(severity)
+    }
+}
 
 fn level(severity: Severity) -> &'static str {
     match severity {
@@ -31,7 +41,8 @@ pub fn render(report: &Report) -> String {
                 "shortDescription": {"text": m.summary},
                 "fullDescription": {"text": m.summary},
                 "help": {"text": m.doc.trim(), "markdown": m.doc.trim()},
-                "defaultConfiguration": {"level": level(m.severity)},
+                "defaultConfiguration": {"level": rule_level(m, m.severity)},
+                "properties": {"tags": if m.advice.is_some() { vec!["advice"] } else { vec![] }},
             })
         })
         .collect();
@@ -60,6 +71,7 @@ pub fn render(report: &Report) -> String {
 
 fn result(d: &Diagnostic, report: &Report) -> Value {
     let rule_index = RULES.iter().position(|r| r.code() == d.code);
+    let meta = rule_index.map(|i| RULES[i].meta());
     let mut text = format!("{}: {}", d.object, d.message);
     let (uri, region) = match report.origins.get(&d.file) {
         Some(origin) => {
@@ -78,7 +90,7 @@ fn result(d: &Diagnostic, report: &Report) -> Value {
     json!({
         "ruleId": d.code,
         "ruleIndex": rule_index,
-        "level": level(d.severity),
+        "level": meta.map_or_else(|| level(d.severity), |m| rule_level(m, d.severity)),
         "message": {"text": text},
         "locations": [{
             "physicalLocation": {

@@ -205,3 +205,59 @@ spec:
         Some("      B=$(curl -s http://169.254.169.254/latest/meta-data/local-ipv4)")
     );
 }
+
+/// An advice rule (the seed runbooks' choice, not a defect) says so in its finding, names the
+/// alternative and its cost, shows both ways to silence it, and is a SARIF note; a defect
+/// rule's finding carries none of that.
+#[test]
+fn advice_findings_say_they_are_advice() {
+    let class = "apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: gpu
+spec:
+  amiSelectorTerms:
+    - alias: al2023@latest
+  metadataOptions:
+    httpTokens: optional
+";
+    let report = lint(&[("a.yaml", class)], &Config::default());
+    let advice = report
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "KK007")
+        .unwrap();
+    assert!(
+        advice
+            .message
+            .contains("this is the project's advice, not a defect")
+            && advice.message.contains("following `@latest`")
+            && advice
+                .message
+                .contains("# kubean-karpenter-lint: disable=KK007")
+            && advice
+                .message
+                .contains("`disable: [KK007]` in .kubean-karpenter-lint.yaml"),
+        "{}",
+        advice.message
+    );
+    let defect = report
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "KK040")
+        .unwrap();
+    assert!(!defect.message.contains("advice"), "{}", defect.message);
+    let sarif: serde_json::Value =
+        serde_json::from_str(&kk_lint::output::sarif::render(&report)).unwrap();
+    let level = |code: &str| {
+        sarif["runs"][0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["ruleId"] == code)
+            .map(|r| r["level"].clone())
+            .unwrap()
+    };
+    assert_eq!(level("KK007"), "note");
+    assert_eq!(level("KK040"), "warning");
+}

@@ -60,6 +60,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "The AWS cloud controller manager's cluster ID is missing or differs from Karpenter's clusterName",
     doc: DOC,
+    advice: None,
 };
 
 pub struct CcmClusterId;

@@ -64,6 +64,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Kubelets use --cloud-provider=external but the bundle has no AWS cloud controller manager",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ExternalCloudProviderWithoutCcm;

@@ -49,6 +49,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Karpenter or Kubean object the apiserver would refuse (CRD schema and CEL rules)",
     doc: DOC,
+    advice: None,
 };
 
 pub struct CrdSchema;

@@ -72,6 +72,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "NVIDIA device plugin DaemonSet that does not tolerate a GPU pool's taints or does not select its nodes",
     doc: DOC,
+    advice: None,
 };
 
 pub struct DevicePluginMismatch;

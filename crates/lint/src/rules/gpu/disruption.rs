@@ -70,6 +70,10 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "GPU NodePool that consolidates underutilized nodes or has no disruption budget",
     doc: DOC,
+    advice: Some(crate::diagnostic::Advice {
+        alternative: "`WhenEmptyOrUnderutilized` (the CRD default) with its default 10% budget",
+        cost: "a running model server or training job replaced to save the difference between two instance prices, up to a tenth of the pool at once",
+    }),
 };
 
 pub struct GpuPoolDisruption;

@@ -65,6 +65,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "GPU Operator values whose daemonsets or node-feature-discovery worker do not tolerate a GPU pool's taints",
     doc: DOC,
+    advice: None,
 };
 
 pub struct GpuOperatorTolerations;

@@ -88,6 +88,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "GPU NodePool whose nvidia.com/gpu limit ignores the replicas time-slicing advertises",
     doc: DOC,
+    advice: None,
 };
 
 pub struct GpuLimitIgnoresSharing;

@@ -73,6 +73,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "time-sliced GPU NodePool that Karpenter plans at its physical GPU count (no NodeOverlay, or its gate off): one node per pod",
     doc: DOC,
+    advice: None,
 };
 
 pub struct GpuSharingWithoutOverlay;

@@ -64,6 +64,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "Training GPU NodePool without terminationGracePeriod",
     doc: DOC,
+    advice: None,
 };
 
 pub struct TrainingPoolGracePeriod;

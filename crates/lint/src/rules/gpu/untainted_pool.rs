@@ -57,6 +57,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "GPU NodePool without a NoSchedule taint",
     doc: DOC,
+    advice: None,
 };
 
 pub struct GpuPoolUntainted;

@@ -81,6 +81,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Kubespray vars that break kubeadm joins: remove_anonymous_access, or the API server name missing from the certificate SANs",
     doc: DOC,
+    advice: None,
 };
 
 pub struct KubesprayJoinVars;

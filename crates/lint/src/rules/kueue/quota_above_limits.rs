@@ -62,6 +62,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "Kueue ClusterQueue quota larger than the NodePool limit of the flavor's pool",
     doc: DOC,
+    advice: None,
 };
 
 pub struct KueueQuotaAbovePoolLimits;

@@ -48,6 +48,10 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "AMI selector that follows the latest release (alias @latest): every AMI release replaces every node",
     doc: DOC,
+    advice: Some(crate::diagnostic::Advice {
+        alternative: "following `@latest`",
+        cost: "every AMI release (for GPU classes, a new NVIDIA driver) drifting and replacing every node of the class on AWS's schedule",
+    }),
 };
 
 pub struct AmiAliasLatest;

@@ -77,6 +77,10 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "GPU EC2NodeClass without a root volume of at least 100Gi, or an unencrypted EBS volume",
     doc: DOC,
+    advice: Some(crate::diagnostic::Advice {
+        alternative: "the AMI's default root volume (20Gi on AL2023) and unencrypted volumes",
+        cost: "image pulls of multi-GB CUDA images failing with disk pressure, and data at rest readable from a snapshot",
+    }),
 };
 
 pub struct EbsRootVolume;

@@ -57,6 +57,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "userData joins with kubeadm but the AMI selector picks an EKS-optimized image, which has no kubeadm",
     doc: DOC,
+    advice: None,
 };
 
 pub struct KubeadmJoinOnEksAmi;

@@ -71,6 +71,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "spec.kubelet maxPods is unset off the VPC CNI, or maxPods / reserved resources differ from the userData's kubelet flags",
     doc: DOC,
+    advice: None,
 };
 
 pub struct KubeletPodDensity;

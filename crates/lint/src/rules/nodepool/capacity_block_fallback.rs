@@ -61,6 +61,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Info,
     summary: "Capacity-block NodePool: what happens, and costs, when the blocks are full",
     doc: DOC,
+    advice: None,
 };
 
 pub struct CapacityBlockFallback;

@@ -76,6 +76,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "EFA NodePool that names instance types without EFA, or admits no EFA type",
     doc: DOC,
+    advice: None,
 };
 
 pub struct EfaPoolWithoutEfaTypes;

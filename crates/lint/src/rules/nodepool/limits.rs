@@ -58,6 +58,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "NodePool without spec.limits, or GPU NodePool without a limit on its GPUs",
     doc: DOC,
+    advice: None,
 };
 
 pub struct PoolWithoutLimits;

@@ -45,6 +45,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "NodePool whose nodeClassRef names an EC2NodeClass that does not exist",
     doc: DOC,
+    advice: None,
 };
 
 pub struct MissingNodeClass;

@@ -64,6 +64,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "NodePool asks for reserved capacity but its EC2NodeClass selects no reservation",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ReservedWithoutReservations;

@@ -75,6 +75,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "Spot NodePool that allows too few instance types and sets no minValues",
     doc: DOC,
+    advice: None,
 };
 
 pub struct SpotTooFewInstanceTypes;

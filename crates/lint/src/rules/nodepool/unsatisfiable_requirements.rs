@@ -71,6 +71,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "NodePool requirements that no instance type of the EC2 catalog satisfies, or unknown instance types and families",
     doc: DOC,
+    advice: None,
 };
 
 pub struct UnsatisfiableRequirements;

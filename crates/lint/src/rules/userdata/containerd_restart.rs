@@ -54,6 +54,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "userData configures the NVIDIA runtime in containerd's config but never restarts containerd",
     doc: DOC,
+    advice: None,
 };
 
 pub struct NvidiaRuntimeWithoutRestart;

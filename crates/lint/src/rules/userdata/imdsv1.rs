@@ -53,6 +53,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "userData reads instance metadata with IMDSv1 while httpTokens is required (the default)",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ImdsV1UserData;

@@ -62,6 +62,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "A bootstrap token or CA cert hash in userData is not in the form kubeadm accepts",
     doc: DOC,
+    advice: None,
 };
 
 pub struct MalformedJoinCredentials;

@@ -59,6 +59,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "A bootstrap token or AWS credential is written literally into userData or Helm values",
     doc: DOC,
+    advice: None,
 };
 
 pub struct LiteralSecret;

@@ -1,9 +1,12 @@
-//! The userData of Custom-AMI EC2NodeClasses: kubeadm scripts and nodeadm NodeConfigs.
+//! userData: the kubeadm scripts and nodeadm NodeConfigs of Custom-AMI EC2NodeClasses, and the
+//! MIME documents Karpenter merges with its own bootstrap for the families it bootstraps.
 
 pub mod containerd_restart;
+pub mod double_bootstrap;
 pub mod imdsv1;
 pub mod join_credentials;
 pub mod literal_secret;
+pub mod mime_boundary;
 pub mod nodeadm_config;
 pub mod registration;
 

@@ -76,6 +76,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "a Custom-AMI nodeadm NodeConfig misses cluster details, the unregistered taint or clusterDNS",
     doc: DOC,
+    advice: None,
 };
 
 pub struct NodeadmConfigIncomplete;

@@ -69,6 +69,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Custom-AMI userData joins without the unregistered taint, Karpenter's provider ID form or --cloud-provider=external",
     doc: DOC,
+    advice: None,
 };
 
 pub struct CustomAmiRegistration;

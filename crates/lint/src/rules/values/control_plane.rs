@@ -66,6 +66,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Karpenter values lack clusterEndpoint or clusterCABundle, claim an EKS control plane off EKS, or wire in static access keys",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ValuesControlPlane;

@@ -90,6 +90,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "Karpenter controller not pinned to infra nodes, or NodePool whose nodes pass for infra, control-plane or etcd nodes",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ControllerPlacement;

@@ -66,6 +66,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "NodePool allows spot or reserved capacity but Karpenter's values name no interruption queue (or name it by URL or ARN)",
     doc: DOC,
+    advice: None,
 };
 
 pub struct SpotWithoutInterruptionQueue;

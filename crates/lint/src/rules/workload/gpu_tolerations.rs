@@ -93,6 +93,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "GPU workload that tolerates no GPU pool's taints, or a tolerate-everything workload that can land on GPU nodes",
     doc: DOC,
+    advice: None,
 };
 
 pub struct GpuWorkloadTolerations;

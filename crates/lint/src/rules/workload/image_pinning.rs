@@ -53,6 +53,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Warning,
     summary: "container image with a floating tag or none (warning), or a tag without a digest (info)",
     doc: DOC,
+    advice: None,
 };
 
 pub struct ImageNotPinned;

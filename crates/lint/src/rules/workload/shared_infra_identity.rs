@@ -66,6 +66,7 @@ pub const META: RuleMeta = RuleMeta {
     severity: Severity::Error,
     summary: "A controller uses the infra workers' instance role from its own pod network, which needs IMDS hop limit 2 and lets every pod there use that role",
     doc: DOC,
+    advice: None,
 };
 
 pub struct SharedInfraIdentity;
