@@ -142,8 +142,13 @@ fn diff_shows_the_changed_field_and_changes_nothing() {
         out.contains("EC2NodeClass/kubean-aws-cpu:\n  spec.userData: (text)\n"),
         "{out}"
     );
+    // The node identity policy holds each pool's labels, so it changes with them.
     assert!(
-        out.contains("workload-tier=changed") && out.contains("2 object(s) would change"),
+        out.contains("ValidatingAdmissionPolicy/kubean-karpenter-node-identity:\n  spec.variables"),
+        "{out}"
+    );
+    assert!(
+        out.contains("workload-tier=changed") && out.contains("3 object(s) would change"),
         "{out}"
     );
     let live = kubectl(
