@@ -13,29 +13,15 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use k8s_openapi::api::core::v1::Node;
 use kk_live::testbed::{Testbed, require};
-use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const CPU_POOL: &str = "workload-general";
 const GPU_POOL: &str = "workload-gpu-l4";
 
-async fn as_node(testbed: &Testbed, name: &str) -> Api<Node> {
-    let mut config = kube_config(testbed).await;
-    config.auth_info.impersonate = Some(format!("system:node:{name}"));
-    config.auth_info.impersonate_groups =
-        Some(vec!["system:nodes".into(), "system:authenticated".into()]);
-    Api::all(Client::try_from(config).unwrap())
-}
-
-/// A random instance id (17 hex digits, as EC2 makes them).
-fn instance() -> String {
-    let hex: String = unique()
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    format!("i-{:0>17}", &hex[hex.len().saturating_sub(17)..])
+/// The node's view of Nodes (the admin impersonating it).
+async fn node_api(testbed: &Testbed, name: &str) -> Api<Node> {
+    Api::all(as_node(testbed, name).await)
 }
 
 /// The labels Karpenter gives a node of the example's `pool` (the template's and its own).
@@ -130,7 +116,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
 
     // The policy takes effect within moments: wait until a GPU-advertising registration is refused.
     let probe = instance();
-    let probe_nodes = as_node(&testbed, &probe).await;
+    let probe_nodes = node_api(&testbed, &probe).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     let gpus = json!({ "cpu": "4", "memory": "16Gi", "pods": "110", "nvidia.com/gpu": "8" });
     while probe_nodes
@@ -147,7 +133,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
 
     // A CPU node registers as a real kubelet does, and Karpenter registers it.
     let cpu = instance();
-    let cpu_nodes = as_node(&testbed, &cpu).await;
+    let cpu_nodes = node_api(&testbed, &cpu).await;
     admitted(
         "a CPU node registers with its pool's labels",
         cpu_nodes
@@ -292,7 +278,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
 
     // 3. A node registers with labels its pool does not give.
     let rogue = instance();
-    let rogue_nodes = as_node(&testbed, &rogue).await;
+    let rogue_nodes = node_api(&testbed, &rogue).await;
     let mut lying = pool_labels(CPU_POOL);
     lying["node.accelerator"] = json!("nvidia-gpu");
     refused(
@@ -333,7 +319,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
 
     // 4. A GPU node: no GPUs while unregistered, its GPUs once Karpenter has registered it.
     let gpu = instance();
-    let gpu_nodes = as_node(&testbed, &gpu).await;
+    let gpu_nodes = node_api(&testbed, &gpu).await;
     admitted(
         "a GPU node registers",
         gpu_nodes
@@ -366,7 +352,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
     let old = instance();
     let mut before: Node = registering(&old, pool_labels(CPU_POOL), gpus.clone());
     before.spec.as_mut().unwrap().taints = None;
-    let old_nodes = as_node(&testbed, &old).await;
+    let old_nodes = node_api(&testbed, &old).await;
     admitted(
         "an older node, made by an admin",
         nodes_admin.create(&PostParams::default(), &before).await,
@@ -394,7 +380,7 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
 
     // A Kubean-built node (named after its DNS name) is not the policy's.
     let kubean = "ip-10-0-1-6.ec2.internal";
-    let kubean_nodes = as_node(&testbed, kubean).await;
+    let kubean_nodes = node_api(&testbed, kubean).await;
     let node: Node = serde_json::from_value(json!({
         "metadata": { "name": kubean, "labels": { "node.accelerator": "nvidia-gpu" } },
         "status": { "capacity": { "nvidia.com/gpu": "4" } },
@@ -408,26 +394,5 @@ async fn a_node_cannot_move_itself_into_the_gpu_pool_or_advertise_gpus() {
     for name in [&cpu, &rogue, &gpu, &old] {
         let _ = nodes_admin.delete(name, &DeleteParams::default()).await;
     }
-    delete_policy(&admin, &objects).await;
-}
-
-async fn delete_policy(admin: &Client, objects: &[(String, Value)]) {
-    for (_, o) in objects.iter().rev() {
-        let kind = o["kind"].as_str().unwrap();
-        let name = o["metadata"]["name"].as_str().unwrap();
-        let plural = if kind == "ValidatingAdmissionPolicy" {
-            "validatingadmissionpolicies"
-        } else {
-            "validatingadmissionpolicybindings"
-        };
-        let resource = kube::api::ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &resource);
-        let _ = api.delete(name, &DeleteParams::default()).await;
-    }
+    delete_admission_policies(&admin, &objects).await;
 }

@@ -12,19 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use k8s_openapi::api::core::v1::Node;
-use kk_live::testbed::{Testbed, require};
-use kube::Client;
+use kk_live::testbed::require;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-/// A node's client: what the Node authorizer and the policy see for that instance.
-async fn as_node(testbed: &Testbed, name: &str) -> Client {
-    let mut config = kube_config(testbed).await;
-    config.auth_info.impersonate = Some(format!("system:node:{name}"));
-    config.auth_info.impersonate_groups =
-        Some(vec!["system:nodes".into(), "system:authenticated".into()]);
-    Client::try_from(config).unwrap()
-}
 
 fn node(name: &str, provider_id: Option<&str>, tainted: bool) -> Node {
     node_with_effect(name, provider_id, tainted.then_some("NoExecute"))
@@ -40,16 +30,6 @@ fn node_with_effect(name: &str, provider_id: Option<&str>, effect: Option<&str>)
         spec["taints"] = json!([{ "key": "karpenter.sh/unregistered", "effect": effect }]);
     }
     serde_json::from_value(json!({ "metadata": { "name": name }, "spec": spec })).unwrap()
-}
-
-/// A random instance id (17 hex digits, as EC2 makes them).
-fn instance() -> String {
-    let hex: String = unique()
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    format!("i-{:0>17}", &hex[hex.len().saturating_sub(17)..])
 }
 
 fn refused_by_policy(what: &str, result: Result<Node, kube::Error>) {
@@ -196,22 +176,5 @@ async fn a_node_registers_only_tainted_as_its_own_instance_and_cannot_untaint_it
         .expect("a Kubean node registers as before");
 
     let _ = nodes_admin.delete(&me, &DeleteParams::default()).await;
-    for (_, o) in objects.iter().rev() {
-        let kind = o["kind"].as_str().unwrap();
-        let name = o["metadata"]["name"].as_str().unwrap();
-        let plural = if kind == "ValidatingAdmissionPolicy" {
-            "validatingadmissionpolicies"
-        } else {
-            "validatingadmissionpolicybindings"
-        };
-        let resource = kube::api::ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &resource);
-        let _ = api.delete(name, &DeleteParams::default()).await;
-    }
+    delete_admission_policies(&admin, &objects).await;
 }

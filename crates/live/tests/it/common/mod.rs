@@ -335,3 +335,46 @@ pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
     );
     objects
 }
+
+/// A node's client: the admin impersonating `system:node:<name>` in `system:nodes`, what the
+/// Node authorizer and our node policies see for that instance.
+pub async fn as_node(testbed: &Testbed, name: &str) -> Client {
+    let mut config = kube_config(testbed).await;
+    config.auth_info.impersonate = Some(format!("system:node:{name}"));
+    config.auth_info.impersonate_groups =
+        Some(vec!["system:nodes".into(), "system:authenticated".into()]);
+    Client::try_from(config).unwrap()
+}
+
+/// A random instance id (17 hex digits, as EC2 makes them).
+pub fn instance() -> String {
+    let hex: String = unique()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    format!("i-{:0>17}", &hex[hex.len().saturating_sub(17)..])
+}
+
+/// Deletes rendered ValidatingAdmissionPolicies and their bindings (`objects` as applied).
+pub async fn delete_admission_policies(admin: &Client, objects: &[(String, serde_json::Value)]) {
+    for (_, o) in objects.iter().rev() {
+        let kind = o["kind"].as_str().unwrap();
+        let name = o["metadata"]["name"].as_str().unwrap();
+        let plural = if kind == "ValidatingAdmissionPolicy" {
+            "validatingadmissionpolicies"
+        } else {
+            "validatingadmissionpolicybindings"
+        };
+        let resource = kube::api::ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(admin.clone(), &resource);
+        let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+    }
+}
