@@ -76,11 +76,12 @@ pub fn boundary(text: &str) -> Option<String> {
 /// runs to the end. `None` when the document is closed (or has no part at all).
 pub fn unclosed_part(text: &str, boundary: &str) -> Option<usize> {
     let delimiter = format!("--{boundary}");
+    let closing = format!("{delimiter}--");
     let mut last_delimiter = None;
     let mut content_after = false;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim_end();
-        if line == format!("{delimiter}--") {
+        if line == closing {
             return None;
         }
         if line == delimiter {
