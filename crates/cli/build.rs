@@ -8,7 +8,7 @@
 
 // The calendar arithmetic kk-sim's disruption clock uses; the file depends on nothing.
 #[allow(dead_code)]
-#[path = "../sim/src/disrupt/civil_date.rs"]
+#[path = "../model/src/civil_date.rs"]
 mod civil_date;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     println!("cargo:rerun-if-env-changed=GIT_DIR");
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../sim/src/disrupt/civil_date.rs");
+    println!("cargo:rerun-if-changed=../model/src/civil_date.rs");
     watch_git_head(&manifest_dir);
 
     let commit = git(&manifest_dir, &["rev-parse", "HEAD"]).unwrap_or_else(unknown);

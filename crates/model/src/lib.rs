@@ -1,12 +1,13 @@
 //! Typed objects and YAML handling shared by every other crate.
 //!
-//! Owns the typed Karpenter v1 and Kubean objects, field paths, quantities and the
-//! position-keeping YAML loader. Must not do I/O, know the ElasticCluster spec, or encode scheduling semantics
+//! Owns the typed Karpenter v1 and Kubean objects, field paths, quantities, calendar dates and
+//! the position-keeping YAML loader. Must not do I/O, know the ElasticCluster spec, or encode scheduling semantics
 //! (those are `kk-karpenter`'s).
 //!
 //! Pure: no I/O, no async. Reading files is the caller's business; this crate
 //! turns text into values that remember where they came from.
 
+pub mod civil_date;
 pub mod error;
 pub mod image;
 pub mod karpenter;

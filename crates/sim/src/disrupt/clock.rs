@@ -3,7 +3,7 @@
 //! NodePool disruption budgets (`spec.disruption.budgets[].schedule`, evaluated in UTC as
 //! Karpenter does with `TZ=UTC` and robfig/cron's standard parser).
 
-use super::civil_date::{civil_from_days, days_from_civil, rfc3339_utc};
+use kk_model::civil_date::{civil_from_days, days_from_civil, rfc3339_utc};
 
 /// Text that is not a time, a duration or a schedule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,7 +10,6 @@
 //! single-node after 3) apply only when the caller hands in a clock ([`Options::watch`],
 //! `--budget-time`): without one a run is unbounded (see docs/plan.md).
 
-mod civil_date;
 pub mod clock;
 pub mod drift;
 mod engine;

@@ -1,6 +1,7 @@
 //! Calendar dates and Unix seconds, without a date library (proleptic Gregorian, UTC): the
-//! disruption clock's arithmetic, and the build date the binary's build script stamps (which
-//! includes this file, so it uses nothing from the crate).
+//! disruption clock's arithmetic, the day Kubernetes support windows are judged on, and the
+//! build date the binary's build script stamps (which includes this file, so it uses nothing
+//! from the crate).
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC).
 pub fn rfc3339_utc(epoch: i64) -> String {
