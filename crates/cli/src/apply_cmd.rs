@@ -71,6 +71,11 @@ pub struct ApplyArgs {
     /// terminates every node it launched, so it is never done without this flag.
     #[arg(long)]
     prune_nodepools: bool,
+    /// How long a controller of ours that moves namespace (the rotator and the CSR approver
+    /// left Karpenter's namespace for their own) may take to have an available pod in its new
+    /// namespace; until then the old one keeps running, and after it apply stops there.
+    #[arg(long, default_value = "5m", value_parser = kk_live::token::parse_duration)]
+    handover_timeout: std::time::Duration,
     /// Output: text, or json (one object per applied manifest).
     #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
     output: String,
@@ -180,6 +185,7 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
     request.prune_nodepools = args.prune_nodepools;
     request.controller_role = args.controller_role.clone();
     request.rotator_role = args.rotator_role.clone();
+    request.handover_timeout = Some(args.handover_timeout);
     let verb = if request.options.dry_run {
         "accepted (server dry run)"
     } else {

@@ -1,7 +1,10 @@
 //! What the rotator and the CSR approver share: both run our controller image as a
-//! two-replica Deployment on the infra workers, leader-elected through a Lease in
-//! kube-system that is rendered here (RBAC cannot limit `create` by name, so each
-//! controller may only read and renew its own), and both are narrowed by a
+//! two-replica Deployment on the infra workers, each in a namespace of its own
+//! ([`kk_spec::names::controller_namespace`]) whose Pod Security level is as strict as its
+//! pods allow, leader-elected through a Lease in kube-system that is rendered here (RBAC
+//! cannot limit `create` by name, so each controller may only read and renew its own; the
+//! Lease stays where it was when the controllers moved out of Karpenter's namespace, so an old
+//! and a new Deployment never both lead), and both are narrowed by a
 //! ValidatingAdmissionPolicy bound under the controller's name.
 
 use kk_spec::{ElasticCluster, images};
@@ -51,18 +54,52 @@ pub(crate) fn labels(name: &str) -> Value {
     json!({ MANAGED_BY.0: MANAGED_BY.1, "app.kubernetes.io/name": name })
 }
 
-/// The controller's service account in Karpenter's namespace (step 5's Helm install creates
-/// the namespace; it is not ours to own).
-pub(crate) fn service_account(name: &str, namespace: &str) -> Value {
+/// The controller's own namespace. Pod Security `restricted` where its pods are on the pod
+/// network; a rotator that takes the infra workers' instance profile needs the host's network
+/// (no other level admits `hostNetwork`), so its namespace enforces `privileged` and audits
+/// against `restricted`, and nothing but the rotator runs there (docs/join-credentials.md).
+pub(crate) fn namespace(name: &str, network: Network) -> Value {
+    let mut labels = labels(name);
+    let enforce = match network {
+        Network::Pod => "restricted",
+        Network::Host => "privileged",
+    };
+    labels["pod-security.kubernetes.io/enforce"] = json!(enforce);
+    labels["pod-security.kubernetes.io/enforce-version"] = json!("latest");
+    labels["pod-security.kubernetes.io/audit"] = json!("restricted");
+    labels["pod-security.kubernetes.io/audit-version"] = json!("latest");
     json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": { "name": name, "namespace": namespace, "labels": labels(name) },
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": { "name": names::controller_namespace(name), "labels": labels },
     })
 }
 
+/// The controller's service account, in its own namespace.
+pub(crate) fn service_account(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": { "name": name, "namespace": names::controller_namespace(name), "labels": labels(name) },
+    })
+}
+
+/// The accounts a controller's admission policy constrains, as a CEL list: its own and the one
+/// of the same name in Karpenter's namespace, where installs made before the controllers had
+/// namespaces of their own ran it. `apply` moves it (`kk_live::apply::handover`) with both
+/// bound for a moment, and neither may ever act unconstrained; afterwards the old one is bound
+/// to nothing, and stays constrained should someone create it again.
+pub(crate) fn accounts_cel(spec: &kk_spec::ClusterSpec, name: &str) -> String {
+    let mut accounts = vec![names::controller_user(name)];
+    let legacy = format!("system:serviceaccount:{}:{name}", spec.karpenter.namespace);
+    if !accounts.contains(&legacy) {
+        accounts.push(legacy);
+    }
+    let literals: Vec<String> = accounts.iter().map(|a| crate::cel::string_literal(a)).collect();
+    format!("[{}]", literals.join(", "))
+}
+
 /// The subjects list naming the controller's service account.
-pub(crate) fn subjects(name: &str, namespace: &str) -> Value {
-    json!([{ "kind": "ServiceAccount", "name": name, "namespace": namespace }])
+pub(crate) fn subjects(name: &str) -> Value {
+    json!([{ "kind": "ServiceAccount", "name": name, "namespace": names::controller_namespace(name) }])
 }
 
 /// The Role rule that lets the controller read and renew its own Lease, and no other.
@@ -72,11 +109,7 @@ pub(crate) fn lease_rule(name: &str) -> Value {
 
 /// The controller's Role in the Lease's namespace (`rules` must include [`lease_rule`]), its
 /// RoleBinding, and the Lease itself.
-pub(crate) fn lease_role_binding_and_lease(
-    name: &str,
-    namespace: &str,
-    rules: Value,
-) -> [Value; 3] {
+pub(crate) fn lease_role_binding_and_lease(name: &str, rules: Value) -> [Value; 3] {
     let labels = labels(name);
     [
         json!({
@@ -88,7 +121,7 @@ pub(crate) fn lease_role_binding_and_lease(
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": { "name": name, "namespace": LEASE_NAMESPACE, "labels": labels },
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
-            "subjects": subjects(name, namespace),
+            "subjects": subjects(name),
         }),
         json!({
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -115,7 +148,8 @@ pub(crate) fn policy_binding(name: &str) -> Value {
 }
 
 /// A controller Deployment on the infra workers (the rotator's, or the CSR approver's): two
-/// replicas, one leader, Karpenter's namespace, the restricted Pod Security settings.
+/// replicas, one leader, its own namespace, the restricted Pod Security settings (but the
+/// host's network where `network` says so).
 pub(crate) fn deployment(
     spec: &kk_spec::ClusterSpec,
     name: &str,
@@ -137,7 +171,7 @@ pub(crate) fn deployment(
     };
     let mut deployment = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": name, "namespace": spec.karpenter.namespace, "labels": labels },
+            "metadata": { "name": name, "namespace": names::controller_namespace(name), "labels": labels },
             "spec": {
                 // Two replicas, one leader: a node loss costs at most one lease duration
                 // (one on a single infra node).

@@ -29,7 +29,7 @@ use crate::names;
 use crate::{Bundle, RenderError};
 
 /// The approver's service account, Deployment, Lease and policy.
-pub const NAME: &str = "kubean-karpenter-csr-approver";
+pub const NAME: &str = kk_spec::names::CSR_APPROVER;
 const CLUSTER_ROLE: &str = "kubean-karpenter:csr-approver";
 /// The policy that keeps the approver's Node deletes to instance-named Nodes.
 const NODE_DELETE_POLICY: &str = "kubean-karpenter-csr-approver-node-deletes";
@@ -42,8 +42,8 @@ pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kub
 /// approver checks the key type).
 const KUBELET_USAGES: [&str; 3] = ["digital signature", "client auth", "key encipherment"];
 
-fn approval_policy(namespace: &str, labels: &Value) -> Value {
-    let approver = cel::string_literal(&format!("system:serviceaccount:{namespace}:{NAME}"));
+fn approval_policy(spec: &kk_spec::ClusterSpec, labels: &Value) -> Value {
+    let approver = workload::accounts_cel(spec, NAME);
     let group = cel::string_literal(names::JOIN_TOKEN_GROUP);
     let signer = cel::string_literal(KUBELET_CLIENT_SIGNER);
     let usages = KUBELET_USAGES
@@ -69,14 +69,14 @@ fn approval_policy(namespace: &str, labels: &Value) -> Value {
             "validations": [
                 {
                     // Who approves our join group's CSRs: the approver alone.
-                    "expression": format!("!({approving}) || !({ours}) || request.userInfo.username == {approver}"),
+                    "expression": format!("!({approving}) || !({ours}) || request.userInfo.username in {approver}"),
                     "message": format!("only {NAME} approves CSRs of {}", names::JOIN_TOKEN_GROUP),
                     "reason": "Forbidden",
                 },
                 {
                     // What the approver approves: a kubelet client CSR from one of our tokens.
                     "expression": format!(
-                        "!({approving}) || request.userInfo.username != {approver} || ( \
+                        "!({approving}) || !(request.userInfo.username in {approver}) || ( \
                          object.spec.signerName == {signer} && {ours} \
                          && has(object.spec.username) && object.spec.username.startsWith('system:bootstrap:') \
                          && has(object.spec.usages) && object.spec.usages.all(u, u in [{usages}]))"
@@ -92,8 +92,8 @@ fn approval_policy(namespace: &str, labels: &Value) -> Value {
 /// Which Nodes the approver may delete: instance-named ones (the orphans it removes), never a
 /// Kubean-built node, so a stolen approver credential cannot take the control plane's Nodes
 /// away (RBAC cannot narrow `delete` by a name pattern).
-fn node_delete_policy(namespace: &str, labels: &Value) -> Value {
-    let approver = cel::string_literal(&format!("system:serviceaccount:{namespace}:{NAME}"));
+fn node_delete_policy(spec: &kk_spec::ClusterSpec, labels: &Value) -> Value {
+    let approver = workload::accounts_cel(spec, NAME);
     let pattern = cel::string_literal(crate::names::INSTANCE_NAME_PATTERN);
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
@@ -107,7 +107,7 @@ fn node_delete_policy(namespace: &str, labels: &Value) -> Value {
                 }],
             },
             "validations": [{
-                "expression": format!("request.userInfo.username != {approver} || oldObject.metadata.name.matches({pattern})"),
+                "expression": format!("!(request.userInfo.username in {approver}) || oldObject.metadata.name.matches({pattern})"),
                 "message": format!("{NAME} deletes only Nodes named like an EC2 instance (orphans no NodeClaim names)"),
                 "reason": "Forbidden",
             }],
@@ -117,7 +117,6 @@ fn node_delete_policy(namespace: &str, labels: &Value) -> Value {
 
 fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
     let spec = &cluster.spec;
-    let namespace = &spec.karpenter.namespace;
     let mut args = vec![
         "controller".to_owned(),
         "--csr-approver-only".to_owned(),
@@ -131,7 +130,7 @@ fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
     ];
     let labels = workload::labels(NAME);
     let mut objects = vec![
-        workload::service_account(NAME, namespace),
+        workload::service_account(NAME),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": { "name": CLUSTER_ROLE, "labels": labels },
@@ -151,12 +150,11 @@ fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": { "name": CLUSTER_ROLE, "labels": labels },
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE },
-            "subjects": workload::subjects(NAME, namespace),
+            "subjects": workload::subjects(NAME),
         }),
     ];
     objects.extend(workload::lease_role_binding_and_lease(
         NAME,
-        namespace,
         json!([
             workload::lease_rule(NAME),
             // The record of approved instances: this one ConfigMap only, never created by the
@@ -169,9 +167,9 @@ fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
         "metadata": { "name": CSR_APPROVALS_CONFIGMAP, "namespace": workload::LEASE_NAMESPACE, "labels": labels },
     }));
     objects.extend([
-        approval_policy(namespace, &labels),
+        approval_policy(spec, &labels),
         workload::policy_binding(NAME),
-        node_delete_policy(namespace, &labels),
+        node_delete_policy(spec, &labels),
         crate::admission::deny_binding(NODE_DELETE_POLICY, &labels),
         workload::deployment(
             spec,
@@ -197,6 +195,10 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
                 .into(),
         ));
     };
+    bundle.add_yaml(
+        &format!("namespaces/{}.yaml", names::controller_namespace(NAME)),
+        &[workload::namespace(NAME, workload::Network::Pod)],
+    )?;
     bundle.add_yaml(
         "rotator/csr-approver.yaml",
         &manifests(cluster, workload::controller_image(cluster, controller)),

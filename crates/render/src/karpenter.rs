@@ -81,8 +81,8 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
     values
 }
 
-/// Karpenter's namespace, which the rotator (step 4) lives in, before Helm (step 5) would create
-/// it. Applied first in the new cluster. No managed-by label: pruning our objects must never
+/// Karpenter's namespace, before Helm (step 5) would create it (the bundle's objects for it,
+/// such as the PrometheusRule, need it). Applied first in the new cluster. No managed-by label: pruning our objects must never
 /// delete the namespace Karpenter runs in.
 fn namespace(cluster: &ElasticCluster) -> Value {
     json!({

@@ -222,13 +222,18 @@ fn rule(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
     })
 }
 
-/// Scrapes the rotator's and the approver's `/metrics` (their container port `http`).
+/// Scrapes the rotator's and the approver's `/metrics` (their container port `http`), each in
+/// its own namespace (a PodMonitor otherwise looks only in its own).
 fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
     json!({
         "apiVersion": API_VERSION,
         "kind": "PodMonitor",
         "metadata": metadata(cluster, monitoring),
         "spec": {
+            "namespaceSelector": { "matchNames": [
+                crate::names::controller_namespace(csr_approver::NAME),
+                crate::names::controller_namespace(rotator::NAME),
+            ] },
             "selector": { "matchExpressions": [{
                 "key": "app.kubernetes.io/name",
                 "operator": "In",

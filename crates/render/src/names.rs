@@ -12,7 +12,7 @@ pub const ACCELERATOR_LABEL: (&str, &str) = ("node.accelerator", "nvidia-gpu");
 /// Names live, the CLI and render all use (defined in kk-spec, which live may depend on).
 pub use kk_spec::names::{
     INFRA_ROLE_LABEL, INSTANCE_NAME_PATTERN, JOIN_TOKEN_GROUP, MANAGED_BY, TOKEN_CLUSTER_LABEL,
-    join_store,
+    controller_namespace, controller_user, join_store,
 };
 
 /// NodePool template labels (and so the kubelet's `--node-labels`).

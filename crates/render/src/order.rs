@@ -153,8 +153,13 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     }
     let _ = writeln!(
         w,
-        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (the rotator lives in Karpenter's namespace before Helm installs Karpenter). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance) and `cloud/node-identity-policy.yaml` (a node may not change its pool, accelerator, capacity-type or zone labels, nor advertise GPUs outside a GPU pool); install the aws-ebs-csi-driver chart {} with `{}` (`{}`).",
+        "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (Karpenter's, before Helm installs Karpenter into it{}). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance) and `cloud/node-identity-policy.yaml` (a node may not change its pool, accelerator, capacity-type or zone labels, nor advertise GPUs outside a GPU pool); install the aws-ebs-csi-driver chart {} with `{}` (`{}`).",
         files("namespaces/"),
+        if spec.join.mode.runs_controller() {
+            ", and the rotator's and the CSR approver's own, where nothing else runs"
+        } else {
+            ""
+        },
         spec.kubean.network_plugin,
         ebs.version,
         ebs.values_file,

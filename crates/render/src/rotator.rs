@@ -3,7 +3,7 @@
 //!
 //! It keeps a valid kubeadm bootstrap token in the join store the userData reads, so
 //! nodes can always join and rotation never touches an EC2NodeClass (no drift). Two
-//! replicas on the infra workers in Karpenter's namespace, leader-elected through a Lease in
+//! replicas on the infra workers in a namespace of their own, leader-elected through a Lease in
 //! kube-system (rendered here); RBAC only in kube-system: create and delete Secrets, narrowed
 //! by a ValidatingAdmissionPolicy to its own bootstrap tokens, and get/update of that Lease;
 //! IAM write access to the one store.
@@ -17,8 +17,9 @@ use crate::names::{self, MANAGED_BY};
 use crate::{Bundle, RenderError};
 use kk_spec::ca::ClusterCa;
 
-pub const NAME: &str = "kubean-karpenter-rotator";
-/// With `karpenter.credentials.source: staticSecret`, the rotator's own AWS keys.
+pub const NAME: &str = kk_spec::names::ROTATOR;
+/// With `karpenter.credentials.source: staticSecret`, the rotator's own AWS keys (a Secret in
+/// the rotator's namespace).
 pub const CREDENTIALS_SECRET: &str = "kubean-karpenter-rotator-aws-credentials";
 /// Each token's lifetime and how long a replaced one keeps working.
 pub const TTL: &str = "2h";
@@ -78,7 +79,6 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
             }));
         }
     }
-    let namespace = &spec.karpenter.namespace;
     let rules = json!([
         // No get, list or watch: a Secret reader in kube-system reads every service
         // account's credentials. Create and delete cannot be narrowed by name (token
@@ -86,12 +86,10 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
         { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"] },
         workload::lease_rule(NAME),
     ]);
-    let mut objects = vec![workload::service_account(NAME, namespace)];
-    objects.extend(workload::lease_role_binding_and_lease(
-        NAME, namespace, rules,
-    ));
+    let mut objects = vec![workload::service_account(NAME)];
+    objects.extend(workload::lease_role_binding_and_lease(NAME, rules));
     objects.extend([
-        secret_policy(name, namespace, &workload::labels(NAME)),
+        secret_policy(spec, name, &workload::labels(NAME)),
         workload::policy_binding(NAME),
         workload::deployment(spec, NAME, "rotator", image, args, env, network),
     ]);
@@ -119,10 +117,10 @@ const MAX_TOKEN_LIFETIME: &str = "24h5m";
 /// only such Secrets; never update one. In admission CEL a Secret's `data` values are the
 /// base64 text of the bytes (kube-apiserver v1.36.3, tested in crates/live/tests/it/rotator_rbac.rs),
 /// so the group is compared in that form (the apiserver always re-encodes, so it is canonical).
-fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
+fn secret_policy(spec: &kk_spec::ClusterSpec, cluster: &str, labels: &Value) -> Value {
     use base64::Engine;
     let group_b64 = base64::engine::general_purpose::STANDARD.encode(names::JOIN_TOKEN_GROUP);
-    let sa = cel::string_literal(&format!("system:serviceaccount:{namespace}:{NAME}"));
+    let accounts = workload::accounts_cel(spec, NAME);
     let token_type = cel::string_literal("bootstrap.kubernetes.io/token");
     let (m, mv) = (
         cel::string_literal(MANAGED_BY.0),
@@ -157,7 +155,7 @@ fn secret_policy(cluster: &str, namespace: &str, labels: &Value) -> Value {
                     "operations": ["CREATE", "UPDATE", "DELETE"],
                 }],
             },
-            "matchConditions": [{ "name": "rotator-service-account", "expression": format!("request.userInfo.username == {sa}") }],
+            "matchConditions": [{ "name": "rotator-service-account", "expression": format!("request.userInfo.username in {accounts}") }],
             "variables": expiration_variables(),
             "validations": [
                 {
@@ -299,6 +297,11 @@ pub fn render(
                 .into(),
         ));
     };
+    let network = workload::Network::for_aws_caller(&cluster.spec);
+    bundle.add_yaml(
+        &format!("namespaces/{}.yaml", names::controller_namespace(NAME)),
+        &[workload::namespace(NAME, network)],
+    )?;
     bundle.add_yaml(
         "rotator/join-token-rotator.yaml",
         &manifests(

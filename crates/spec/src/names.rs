@@ -15,6 +15,24 @@ pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
 /// it, and doctor finds the infra instances by it.
 pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
 
+/// Our two in-cluster controllers (`kubean-karpenter controller`): the join-token rotator and
+/// the node-client CSR approver. Each runs in a namespace of its own, named like it, where
+/// nothing else runs: whoever may create pods in Karpenter's namespace (or the other
+/// controller's) mounts neither account (finding 8 of issue 47).
+pub const ROTATOR: &str = "kubean-karpenter-rotator";
+pub const CSR_APPROVER: &str = "kubean-karpenter-csr-approver";
+
+/// The namespace of the controller `name` ([`ROTATOR`] or [`CSR_APPROVER`]).
+pub fn controller_namespace(name: &str) -> &str {
+    name
+}
+
+/// The user the controller `name`'s service account authenticates as: what RBAC and the
+/// admission policies see.
+pub fn controller_user(name: &str) -> String {
+    format!("system:serviceaccount:{}:{name}", controller_namespace(name))
+}
+
 /// The CSR approver's record of the instances it approved a node certificate for (a
 /// ConfigMap in its Lease's namespace, rendered with the approver; it outlives the CSRs).
 pub const CSR_APPROVALS_CONFIGMAP: &str = "kubean-karpenter-csr-approvals";

@@ -132,9 +132,7 @@ fn diff_shows_the_changed_field_and_changes_nothing() {
         "{out}"
     );
     assert!(
-        out.contains(&format!(
-            "karpenter-{n}/ServiceAccount/kubean-karpenter-rotator: unchanged"
-        )),
+        out.contains("kubean-karpenter-rotator/ServiceAccount/kubean-karpenter-rotator: unchanged"),
         "{out}"
     );
     // The pool's labels are also kubelet flags in its EC2NodeClass's userData: that line.
@@ -525,9 +523,10 @@ fn verify_cleans_up_what_it_created_when_interrupted() {
 #[test]
 fn an_apiserver_refusal_half_way_exits_2_lists_what_was_applied_and_the_rerun_resumes() {
     let _turn = crate::testbed_apply_turn();
-    // A ValidatingAdmissionPolicy that lets Deployments in this test's namespace pass only as
-    // a dry run: the dry run of everything passes, the real apply is refused at the first
-    // Deployment (the CSR approver's), after the objects before it were applied.
+    // A ValidatingAdmissionPolicy that lets Deployments in the CSR approver's namespace pass
+    // only as a dry run: the dry run of everything passes, the real apply is refused at the
+    // first Deployment (the CSR approver's), after the objects before it were applied. (The
+    // turn keeps other tests' applies out of that namespace meanwhile.)
     let Some(tb) = kk_live::testbed::require(&repo(), "apply: apiserver refusal half-way") else {
         return;
     };
@@ -554,7 +553,7 @@ spec:
   policyName: dry-run-only-{n}
   validationActions: [Deny]
   matchResources:
-    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: karpenter-{n}}}}}
+    namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: kubean-karpenter-csr-approver}}}}
 "
         ),
     )
@@ -578,8 +577,8 @@ spec:
         "refused an object after the dry run passed",
         "applied: ",
         "ServiceAccount/kubean-karpenter-csr-approver",
-        &format!("not applied: karpenter-{n}/Deployment/kubean-karpenter-csr-approver"),
-        &format!("karpenter-{n}/Deployment/kubean-karpenter-rotator"),
+        "not applied: kubean-karpenter-csr-approver/Deployment/kubean-karpenter-csr-approver",
+        "kubean-karpenter-rotator/Deployment/kubean-karpenter-rotator",
         "re-running apply resumes",
     ] {
         assert!(stderr.contains(says), "should say {says:?}: {stderr}");
@@ -606,7 +605,7 @@ spec:
                 "get",
                 "deployment",
                 "-n",
-                &format!("karpenter-{n}"),
+                "kubean-karpenter-rotator",
                 "kubean-karpenter-rotator"
             ]
         )

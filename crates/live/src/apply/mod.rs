@@ -9,10 +9,13 @@
 //!   its EventBridge rules); [`aws::AwsDesired`] is built from the spec and bundle by
 //!   `aws_desired`.
 //! - [`helm`]: the bundle's Helm releases through the `helm` CLI.
+//! - [`handover`]: moving a controller of ours to another namespace with a standby ready
+//!   before the old one stops.
 
 pub mod aws;
 mod aws_desired;
 pub mod efa;
+pub mod handover;
 pub mod helm;
 pub mod interruption;
 pub mod kube;

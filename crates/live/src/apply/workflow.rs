@@ -12,6 +12,7 @@ use kk_spec::ElasticCluster;
 use serde_json::Value;
 
 use super::aws::{AwsDesired, AwsOutcome};
+use super::handover::{self, Move};
 use super::kube::{self, Applied, ApplyError, ApplyOptions};
 use crate::ClientOptions;
 
@@ -41,6 +42,9 @@ pub struct Request {
     /// The IAM roles the controller and rotator policies are attached to.
     pub controller_role: Option<String>,
     pub rotator_role: Option<String>,
+    /// How long a controller moved to another namespace may take to have an available pod
+    /// before apply gives up (the old one keeps running); `None`: [`handover::DEFAULT_TIMEOUT`].
+    pub handover_timeout: Option<std::time::Duration>,
 }
 
 impl Request {
@@ -266,6 +270,18 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             objects.len()
         ));
         let client = client(which, &access).await?;
+        // Our controllers that run in another namespace than the bundle's start there first.
+        let mut moves: Vec<Move> = Vec::new();
+        if !options.dry_run && index == last_batch {
+            moves = handover::find(&client, &objects)
+                .await
+                .map_err(|e| WorkflowError(format!("{which}: find controllers to move: {e}")))?;
+            if !moves.is_empty() {
+                start_moved(&request, &client, &objects, &moves, &outcome, &mut *progress)
+                    .await
+                    .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
+            }
+        }
         let mut result = kube::apply_all(&client, &objects, &options).await;
         if options.dry_run
             && let Err(ApplyError::Refused(refusals)) = &result
@@ -296,7 +312,15 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 if !options.dry_run {
                     progress(format!("{which}: applied {} objects", done.len()));
                 }
-                outcome.applied.extend(done)
+                outcome.applied.extend(done);
+                handover::retire(&client, &moves, &mut *progress)
+                    .await
+                    .map_err(|e| {
+                        WorkflowError(format!(
+                            "{which}: handover: retiring the old accounts of {}: {e}\nre-running apply resumes",
+                            handover::summary(&moves)
+                        ))
+                    })?;
             }
             Err(e) => return Err(refused(e, which, &outcome.applied, options.dry_run)),
         }
@@ -327,6 +351,40 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         ));
     }
     Ok(outcome)
+}
+
+/// Handover steps 1–3 ([`handover`]): the moved controllers' new Deployments start while the
+/// old ones keep their rights, and the old ones stop once a new pod is available. A failure
+/// leaves the old controllers running.
+async fn start_moved(
+    request: &Request,
+    client: &::kube::Client,
+    objects: &Objects,
+    moves: &[Move],
+    outcome: &Outcome,
+    progress: Progress<'_>,
+) -> Result<(), String> {
+    let resume = "re-running apply resumes";
+    progress(format!("handover: moving {}", handover::summary(moves)));
+    handover::copy_secrets(client, moves, &mut *progress)
+        .await
+        .map_err(|e| format!("handover: copy Secrets: {e}\n{resume}"))?;
+    let both = handover::with_old_accounts(objects, moves);
+    kube::apply_all(client, &both, &request.options)
+        .await
+        .map_err(|e| {
+            format!(
+                "handover: {}\nthe controllers keep running where they are",
+                refused(e, "new cluster", &outcome.applied, false).0
+            )
+        })?;
+    let timeout = request.handover_timeout.unwrap_or(handover::DEFAULT_TIMEOUT);
+    handover::wait_available(client, moves, timeout, &mut *progress)
+        .await
+        .map_err(|e| format!("handover: {e}\n{resume} once it runs"))?;
+    handover::stop_old(client, moves, &mut *progress)
+        .await
+        .map_err(|e| format!("handover: stop the old Deployments: {e}\n{resume}"))
 }
 
 /// When every refusal is a 404 for a namespace this apply creates (and a dry run does not),

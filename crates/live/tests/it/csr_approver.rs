@@ -19,8 +19,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use kube::core::GroupVersionKind;
 use serde_json::json;
 
-const SA: &str = "system:serviceaccount:karpenter:kubean-karpenter-csr-approver";
-const ROTATOR_SA: &str = "system:serviceaccount:karpenter:kubean-karpenter-rotator";
+const SA: &str = "system:serviceaccount:kubean-karpenter-csr-approver:kubean-karpenter-csr-approver";
+const ROTATOR_SA: &str = "system:serviceaccount:kubean-karpenter-rotator:kubean-karpenter-rotator";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// Where the rendered approver keeps its record of approvals (next to its Lease).
 const RECORD_NS: &str = "kube-system";
@@ -131,7 +131,8 @@ async fn as_account(testbed: &Testbed, account: &str) -> kube::Config {
     config.auth_info.impersonate = Some(account.into());
     config.auth_info.impersonate_groups = Some(vec![
         "system:serviceaccounts".into(),
-        "system:serviceaccounts:karpenter".into(),
+        // The account's namespace group (`system:serviceaccount:<namespace>:<name>`).
+        format!("system:serviceaccounts:{}", account.split(':').nth(2).unwrap()),
         "system:authenticated".into(),
     ]);
     config

@@ -4,6 +4,7 @@
 //! in one binary rather than one per file; add a module here, not a file in `tests/`.
 
 mod common;
+mod controller_namespaces;
 mod csr_approver;
 mod join_tokens;
 mod listener_flood;

@@ -1,7 +1,7 @@
 //! The rotator's least privilege, enforced by the real apiserver: the rendered Role,
 //! RoleBinding, Lease, ValidatingAdmissionPolicy and binding are applied to the testbed,
 //! and every call is made as the rotator's service account (impersonated by the admin, so
-//! RBAC and admission see exactly `system:serviceaccount:karpenter:kubean-karpenter-rotator`).
+//! RBAC and admission see exactly `system:serviceaccount:kubean-karpenter-rotator:kubean-karpenter-rotator`).
 //! Each attack a stolen rotator credential could try is refused; what the rotator needs
 //! works, and the controller itself runs under these rights.
 //!
@@ -20,7 +20,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
-const SA: &str = "system:serviceaccount:karpenter:kubean-karpenter-rotator";
+const SA: &str = "system:serviceaccount:kubean-karpenter-rotator:kubean-karpenter-rotator";
 const NAME: &str = "kubean-karpenter-rotator";
 
 fn example() -> kk_spec::ElasticCluster {
@@ -35,7 +35,7 @@ async fn as_rotator(testbed: &Testbed) -> kube::Config {
     config.auth_info.impersonate = Some(SA.into());
     config.auth_info.impersonate_groups = Some(vec![
         "system:serviceaccounts".into(),
-        "system:serviceaccounts:karpenter".into(),
+        "system:serviceaccounts:kubean-karpenter-rotator".into(),
         "system:authenticated".into(),
     ]);
     config

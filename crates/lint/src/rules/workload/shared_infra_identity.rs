@@ -32,7 +32,7 @@ instances).
 ```yaml
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: kubean-karpenter-rotator, namespace: karpenter}
+metadata: {name: kubean-karpenter-rotator, namespace: kubean-karpenter-rotator}
 spec:
   template:
     spec:

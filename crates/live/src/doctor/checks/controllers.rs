@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kk_karpenter::taint::{Effect, Taint};
-use kk_spec::names::MANAGED_BY;
+use kk_spec::names::{CSR_APPROVER, MANAGED_BY, ROTATOR, controller_namespace};
 
 use super::placement::{self, Labels};
 use super::{check, name_of};
@@ -42,14 +42,35 @@ fn hard_taints(n: &Node) -> Vec<Taint> {
         .collect()
 }
 
-/// In Karpenter's namespace: ours (by the managed-by label; verify's workloads carry it too,
-/// but run elsewhere) and Karpenter's (its chart's name label).
+/// Our controllers, in their own namespaces (verify's workloads carry our label too, but run
+/// elsewhere), and Karpenter (its chart's name label, in its namespace).
 fn is_controller(d: &Deployment, f: &Facts) -> bool {
     let labels = d.metadata.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-    d.metadata.namespace.as_deref() == Some(f.karpenter_namespace.as_str())
-        && (label(MANAGED_BY.0) == Some(MANAGED_BY.1)
-            || label("app.kubernetes.io/name") == Some("karpenter"))
+    let namespace = d.metadata.namespace.as_deref();
+    let ours = label(MANAGED_BY.0) == Some(MANAGED_BY.1);
+    let name = d.metadata.name.as_deref().unwrap_or_default();
+    (ours && is_ours(name) && namespace == Some(controller_namespace(name)))
+        || (namespace == Some(f.karpenter_namespace.as_str())
+            && (is_left_behind(d, f) || label("app.kubernetes.io/name") == Some("karpenter")))
+}
+
+fn is_ours(name: &str) -> bool {
+    name == ROTATOR || name == CSR_APPROVER
+}
+
+/// One of our controllers still in Karpenter's namespace, where an install before their own
+/// namespaces put them: whoever may create pods there can mount its account.
+fn is_left_behind(d: &Deployment, f: &Facts) -> bool {
+    let ours = d
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY.0))
+        .is_some_and(|v| v == MANAGED_BY.1);
+    ours && is_ours(d.metadata.name.as_deref().unwrap_or_default())
+        && d.metadata.namespace.as_deref() == Some(f.karpenter_namespace.as_str())
+        && f.karpenter_namespace != controller_namespace(d.metadata.name.as_deref().unwrap_or_default())
 }
 
 pub(super) fn controllers_schedulable(s: &Snapshot, f: &Facts) -> Check {
@@ -76,6 +97,16 @@ fn judge(deployments: &[Deployment], nodes: &[Node], f: &Facts) -> Check {
     let fix = "label and taint the infra workers as the spec says (Kubespray's node_labels node-role.kubernetes.io/infra and node_taints = kubean.infraTaints, then re-run Kubean's scale.yml), or correct the Deployment's nodeSelector and tolerations by re-applying the bundle";
     for d in controllers {
         let name = name_of(&d.metadata);
+        if is_left_behind(d, f) {
+            c.worse(
+                Status::Warn,
+                format!(
+                    "Deployment {name}: still in Karpenter's namespace, where whoever may create pods can mount its service account"
+                ),
+                "re-run `kubean-karpenter apply SPEC`: it starts the controller in its own namespace, waits until it is available, then removes this one",
+            );
+            continue;
+        }
         let Some(pod) = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else {
             continue;
         };
@@ -139,7 +170,7 @@ mod tests {
 
     fn rotator() -> Deployment {
         serde_json::from_value(json!({
-            "metadata": {"name": "kubean-karpenter-rotator", "namespace": "karpenter",
+            "metadata": {"name": "kubean-karpenter-rotator", "namespace": "kubean-karpenter-rotator",
                          "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter"}},
             "spec": {"replicas": 2, "selector": {}, "template": {"spec": {
                 "nodeSelector": {"node-role.kubernetes.io/infra": ""},
@@ -159,6 +190,20 @@ mod tests {
         };
         assert!(is_controller(&rotator(), &f));
         assert!(!is_controller(&inflate, &f));
+    }
+
+    #[test]
+    fn a_rotator_left_in_karpenters_namespace_is_a_warning_to_re_apply() {
+        let mut old = rotator();
+        old.metadata.namespace = Some("karpenter".into());
+        let f = Facts {
+            karpenter_namespace: "karpenter".into(),
+            ..Facts::default()
+        };
+        let infra = node("infra-1", json!({"node-role.kubernetes.io/infra": ""}), json!([]));
+        let c = judge(&[old], &[infra], &f);
+        assert_eq!(c.status, Status::Warn, "{c:?}");
+        assert!(c.evidence[0].contains("still in Karpenter's namespace"), "{c:?}");
     }
 
     fn judged(nodes: Vec<Node>) -> Check {

@@ -297,26 +297,26 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 /// Creates the karpenter namespace (if missing) and applies the example spec's rendered
 /// `rotator/` objects (RBAC, admission policy, Lease, Deployment), as `apply` would.
 pub async fn install_rotator(admin: &Client) {
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    let ns = serde_json::from_value(json!({ "metadata": { "name": "karpenter" } })).unwrap();
-    match namespaces.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
+    // Each controller's own namespace first: a namespaced object is refused until it exists.
+    let (namespaces, rest): (Vec<_>, Vec<_>) = rotator_objects()
+        .into_iter()
+        .partition(|(_, o)| o["kind"] == "Namespace");
+    for objects in [namespaces, rest] {
+        kk_live::apply::apply_all(
+            admin,
+            &objects,
+            &kk_live::apply::ApplyOptions {
+                force_conflicts: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     }
-    kk_live::apply::apply_all(
-        admin,
-        &rotator_objects(),
-        &kk_live::apply::ApplyOptions {
-            force_conflicts: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
 }
 
-/// The rendered `rotator/` objects of the example spec (cluster `demo`, namespace karpenter).
+/// The rendered `rotator/` objects of the example spec (cluster `demo`), and the controllers' own
+/// namespaces.
 pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
     let cluster = kk_spec::parse_spec(kk_spec::EXAMPLE, "example")
         .unwrap()
@@ -326,7 +326,12 @@ pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
         .unwrap()
         .manifests()
         .into_iter()
-        .filter(|(p, _)| p.starts_with("rotator/"))
+        .filter(|(p, _)| {
+            p.starts_with("rotator/")
+                || [kk_spec::names::ROTATOR, kk_spec::names::CSR_APPROVER]
+                    .iter()
+                    .any(|c| *p == format!("namespaces/{}.yaml", kk_spec::names::controller_namespace(c)))
+        })
         .collect();
     assert!(
         objects

@@ -1,0 +1,255 @@
+//! `apply` moves a controller of ours out of Karpenter's namespace into its own (issue 47,
+//! finding 8) and never leaves a moment where no Deployment of it has the rights to lead: the
+//! old Deployment keeps its account's bindings until the new Deployment has an available pod,
+//! and if that never comes, apply stops and the old one keeps running.
+//!
+//! Stand-in: the testbed runs no kube-controller-manager and no kubelet, so no pod ever starts
+//! there; the test writes the new Deployment's status (one available pod) as they would.
+//! Everything else is the real apiserver. The objects are the CSR approver's as rendered,
+//! renamed so this test owns each of them (the testbed is shared); its admission policies are
+//! left out, since renamed they would govern the real approver's CSRs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .envs(&tb.env)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&tb.kubeconfig)
+        .output()
+        .unwrap()
+}
+
+fn unique() -> String {
+    let mut b = [0u8; 3];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    format!("{:02x}{:02x}{:02x}", b[0], b[1], b[2])
+}
+
+/// The approver's rendered objects for a spec whose Karpenter namespace is `karpenter`, renamed
+/// to `name`, without its admission policies and the shared record ConfigMap; its pods read a
+/// Secret `secret` (as the rotator's read its AWS keys).
+fn renamed_approver(name: &str, karpenter: &str, secret: &str) -> Vec<Value> {
+    let text = kk_spec::EXAMPLE.replace(
+        "    namespace: karpenter\n",
+        &format!("    namespace: {karpenter}\n"),
+    );
+    let cluster = kk_spec::parse_spec(&text, "example").unwrap().spec;
+    let pem = kk_render::inline_ca_pem(&cluster).unwrap().unwrap();
+    let bundle = kk_render::render(&cluster, &pem).unwrap();
+    let objects: Vec<Value> = bundle
+        .manifests()
+        .into_iter()
+        .filter(|(path, _)| {
+            path == "rotator/csr-approver.yaml"
+                || path == "namespaces/kubean-karpenter-csr-approver.yaml"
+        })
+        .map(|(_, o)| o)
+        .filter(|o| {
+            !matches!(
+                o["kind"].as_str(),
+                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" | "ConfigMap")
+            )
+        })
+        .collect();
+    let text = serde_json::to_string(&objects)
+        .unwrap()
+        .replace("kubean-karpenter-csr-approver", name)
+        .replace("kubean-karpenter:csr-approver", &format!("{name}:csr-approver"));
+    let mut objects: Vec<Value> = serde_json::from_str(&text).unwrap();
+    for o in &mut objects {
+        if o["kind"] == "Deployment" {
+            o["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "name": "KEY", "valueFrom": { "secretKeyRef": { "name": secret, "key": "key" } } }));
+        }
+    }
+    assert_eq!(
+        objects.iter().filter(|o| o["kind"] == "Deployment").count(),
+        1
+    );
+    objects
+}
+
+/// The same objects as an install made before the controllers had namespaces of their own:
+/// the account and Deployment in Karpenter's namespace, the bindings naming that account.
+fn old_layout(objects: &[Value], name: &str, karpenter: &str) -> Vec<Value> {
+    let mut old = vec![json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": karpenter } })];
+    for o in objects {
+        let mut o = o.clone();
+        match o["kind"].as_str() {
+            Some("Namespace") => continue,
+            Some("ServiceAccount" | "Deployment") => o["metadata"]["namespace"] = json!(karpenter),
+            Some("RoleBinding" | "ClusterRoleBinding") => {
+                o["subjects"] = json!([{ "kind": "ServiceAccount", "name": name, "namespace": karpenter }])
+            }
+            _ => {}
+        }
+        old.push(o);
+    }
+    old
+}
+
+fn write(dir: &Path, file: &str, objects: &[Value]) -> PathBuf {
+    let path = dir.join(file);
+    let text: Vec<String> = objects.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
+    std::fs::write(&path, text.join("\n---\n")).unwrap();
+    path
+}
+
+fn subjects(rt: &tokio::runtime::Runtime, client: &kube::Client, name: &str) -> Vec<String> {
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let binding = rt
+        .block_on(bindings.get(&format!("{name}:csr-approver")))
+        .unwrap();
+    binding
+        .subjects
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| format!("{}/{}", s.namespace.unwrap_or_default(), s.name))
+        .collect()
+}
+
+#[test]
+fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_available() {
+    let _turn = crate::testbed_apply_turn();
+    let Some(tb) = kk_live::testbed::require(&repo(), "apply: controller handover") else {
+        return;
+    };
+    let n = unique();
+    let (name, karpenter, secret) = (format!("hv-{n}"), format!("karpenter-hv-{n}"), format!("keys-{n}"));
+    let dir = tempfile::tempdir().unwrap();
+    let new = renamed_approver(&name, &karpenter, &secret);
+    let old = old_layout(&new, &name, &karpenter);
+    let old_file = write(dir.path(), "old.yaml", &old);
+    let new_file = write(dir.path(), "new.yaml", &new);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt
+        .block_on(kk_live::make_client(&kk_live::ClientOptions {
+            kubeconfig: Some(tb.kubeconfig.clone()),
+            context: None,
+        }))
+        .unwrap();
+
+    // The install as it was, and the Secret its pods read.
+    let out = cli(&tb, &["apply", old_file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let secrets_old: Api<Secret> = Api::namespaced(client.clone(), &karpenter);
+    rt.block_on(secrets_old.create(
+        &Default::default(),
+        &serde_json::from_value(json!({ "metadata": { "name": secret }, "stringData": { "key": "not-printed-7f3a" } })).unwrap(),
+    ))
+    .unwrap();
+
+    // The new Deployment never gets a pod: apply stops, and the old one keeps its rights.
+    let out = cli(&tb, &["apply", new_file.to_str().unwrap(), "--handover-timeout", "4s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for says in [
+        format!("handover: moving Deployment {name} from namespace {karpenter} to {name}"),
+        format!("handover: copied Secret {secret} from namespace {karpenter} to {name}"),
+        "has no available pod after".to_owned(),
+        format!("the controller keeps running in namespace {karpenter} with its rights"),
+        "re-running apply resumes".to_owned(),
+    ] {
+        assert!(stderr.contains(&says), "should say {says:?}: {stderr}");
+    }
+    assert!(!stderr.contains("not-printed-7f3a"), "{stderr}");
+    let old_deployments: Api<Deployment> = Api::namespaced(client.clone(), &karpenter);
+    let new_deployments: Api<Deployment> = Api::namespaced(client.clone(), &name);
+    assert!(rt.block_on(old_deployments.get_opt(&name)).unwrap().is_some());
+    assert!(rt.block_on(new_deployments.get_opt(&name)).unwrap().is_some());
+    let both = subjects(&rt, &client, &name);
+    assert!(
+        both.contains(&format!("{karpenter}/{name}")) && both.contains(&format!("{name}/{name}")),
+        "while the new Deployment is not available both accounts are bound: {both:?}"
+    );
+
+    // As the Deployment controller and kubelet would once a pod is ready.
+    let generation = rt
+        .block_on(new_deployments.get(&name))
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap();
+    rt.block_on(new_deployments.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": {
+            "observedGeneration": generation, "replicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+        } })),
+    ))
+    .unwrap();
+
+    let out = cli(&tb, &["apply", new_file.to_str().unwrap(), "--handover-timeout", "60s"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    for says in [
+        format!("handover: {name}/{name} has 1 available pod(s)"),
+        format!("handover: deleted Deployment {karpenter}/{name}"),
+        format!("handover: deleted ServiceAccount {karpenter}/{name}"),
+        format!("handover: deleted Secret {karpenter}/{secret} (now in namespace {name})"),
+    ] {
+        assert!(stderr.contains(&says), "should say {says:?}: {stderr}");
+    }
+    assert!(rt.block_on(old_deployments.get_opt(&name)).unwrap().is_none());
+    let old_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &karpenter);
+    assert!(rt.block_on(old_accounts.get_opt(&name)).unwrap().is_none());
+    assert!(rt.block_on(secrets_old.get_opt(&secret)).unwrap().is_none());
+    let secrets_new: Api<Secret> = Api::namespaced(client.clone(), &name);
+    let copied = rt.block_on(secrets_new.get(&secret)).unwrap();
+    assert_eq!(
+        copied.data.unwrap()["key"].0,
+        b"not-printed-7f3a".to_vec(),
+        "the keys travelled unchanged"
+    );
+    assert_eq!(subjects(&rt, &client, &name), vec![format!("{name}/{name}")]);
+
+    // Moved: the next apply finds nothing to move and changes nothing.
+    let out = cli(&tb, &["apply", new_file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("handover"), "{stderr}");
+
+    // Clean up what is this test's alone.
+    for ns in [&name, &karpenter] {
+        let _ = Command::new("kubectl")
+            .env("KUBECONFIG", &tb.kubeconfig)
+            .args(["delete", "namespace", ns, "--wait=false"])
+            .output();
+    }
+    let _ = Command::new("kubectl")
+        .env("KUBECONFIG", &tb.kubeconfig)
+        .args([
+            "delete",
+            "clusterrole,clusterrolebinding",
+            &format!("{name}:csr-approver"),
+            "--ignore-not-found",
+        ])
+        .output();
+    let _ = Command::new("kubectl")
+        .env("KUBECONFIG", &tb.kubeconfig)
+        .args([
+            "delete",
+            "-n",
+            "kube-system",
+            "role,rolebinding,lease",
+            &name,
+            "--ignore-not-found",
+        ])
+        .output();
+}
