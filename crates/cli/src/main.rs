@@ -208,14 +208,14 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Init(args) => init_cmd::run(args),
         Command::Validate { spec } => {
             let (loaded, _) = load_spec(&spec)?;
-            print_warnings(&loaded);
+            let warnings = print_warnings(&loaded);
             let pools = loaded.spec.spec.pools.len();
             println!(
                 "{}: ElasticCluster {} is valid ({pools} pool{}{})",
                 loaded.file,
                 loaded.spec.metadata.name,
                 if pools == 1 { "" } else { "s" },
-                match loaded.warnings.len() {
+                match warnings {
                     0 => String::new(),
                     1 => ", 1 warning".into(),
                     n => format!(", {n} warnings"),
@@ -282,11 +282,17 @@ pub(crate) fn client_options(
         .unwrap_or_default()
 }
 
-/// The spec's warnings (valid, but probably not meant), one `warning:` line each on stderr.
-fn print_warnings(loaded: &LoadedSpec) {
-    for warning in &loaded.warnings {
+/// The spec's warnings (valid, but probably not meant), and those of the day (a Kubernetes
+/// minor past its end of life), one `warning:` line each on stderr; how many.
+fn print_warnings(loaded: &LoadedSpec) -> usize {
+    let today = kk_spec::kubernetes_support::today();
+    let mut all = loaded.warnings.clone();
+    all.extend(loaded.dated_warnings(&today));
+    all.sort_by_key(|w| w.pos);
+    for warning in &all {
         eprintln!("warning: {warning}");
     }
+    all.len()
 }
 
 /// Reads a spec from a path or `-`; returns it with the directory relative paths resolve against.

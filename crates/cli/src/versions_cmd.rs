@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use kk_spec::images::{self, ResolvedImage};
+use kk_spec::kubernetes_support::{self, Day, Standing};
 use kk_spec::{ElasticCluster, kubean_support, kubespray_images, versions};
 use serde_json::{Value, json};
 
@@ -57,9 +58,30 @@ fn minors() -> std::ops::RangeInclusive<u32> {
     lowest..=highest
 }
 
-/// One row per Kubernetes minor: the Karpenter releases, the CCM release and the Kubean
-/// releases (newest first, at most three) that support it.
-fn matrix_row(minor: u32) -> Value {
+/// A minor's support window on `today` (`kubernetes_support.txt`), `null` for one the table
+/// does not know.
+fn support(minor: u32, today: &Day) -> Value {
+    let Some(window) = kubernetes_support::window(minor) else {
+        return Value::Null;
+    };
+    let standing = match kubernetes_support::standing(minor, today) {
+        Standing::Supported { maintenance } => format!("supported; maintenance from {maintenance}"),
+        Standing::Maintenance { end_of_life } => format!("maintenance; end of life {end_of_life}"),
+        Standing::EndOfLife { since } => format!("end of life since {since}"),
+        Standing::Unknown => "unknown".to_owned(),
+    };
+    json!({
+        "released": window.released.as_str(),
+        "maintenance": window.maintenance.as_str(),
+        "endOfLife": window.end_of_life.as_str(),
+        "today": today.as_str(),
+        "standing": standing,
+    })
+}
+
+/// One row per Kubernetes minor: its support window, the Karpenter releases, the CCM release
+/// and the Kubean releases (newest first, at most three) that support it.
+fn matrix_row(minor: u32, today: &Day) -> Value {
     let karpenter: Vec<&str> = versions::component(versions::KARPENTER)
         .releases
         .iter()
@@ -86,6 +108,7 @@ fn matrix_row(minor: u32) -> Value {
         .collect();
     json!({
         "kubernetes": format!("1.{minor}"),
+        "support": support(minor, today),
         "karpenter": karpenter,
         "cloudControllerManager": ccm,
         "kubean": kubean,
@@ -146,9 +169,10 @@ pub fn versions(args: VersionsArgs) -> Result<ExitCode, Failure> {
     let spec_minor = loaded
         .as_ref()
         .and_then(|(l, _)| images::kubernetes_minor(&l.spec.spec.kubernetes_version));
+    let today = kubernetes_support::today();
     let matrix: Vec<Value> = match spec_minor {
-        Some(minor) => vec![matrix_row(minor)],
-        None => minors().map(matrix_row).collect(),
+        Some(minor) => vec![matrix_row(minor, &today)],
+        None => minors().map(|m| matrix_row(m, &today)).collect(),
     };
     let mut value = json!({
         "components": versions::table().components,
@@ -189,7 +213,7 @@ fn versions_text(value: &Value) -> String {
             c.checked,
         ));
     }
-    out.push_str("\nKUBERNETES  KARPENTER                CCM       KUBEAN (newest three)\n");
+    out.push_str("\nKUBERNETES  SUPPORT                                KARPENTER                CCM       KUBEAN (newest three)\n");
     for row in value["matrix"].as_array().into_iter().flatten() {
         let list = |v: &Value| {
             v.as_array()
@@ -198,8 +222,9 @@ fn versions_text(value: &Value) -> String {
                 .unwrap_or_else(|| "-".into())
         };
         out.push_str(&format!(
-            "{:<11} {:<24} {:<9} {}\n",
+            "{:<11} {:<38} {:<24} {:<9} {}\n",
             s(&row["kubernetes"]),
+            s(&row["support"]["standing"]),
             list(&row["karpenter"]),
             s(&row["cloudControllerManager"]),
             list(&row["kubean"]),
@@ -222,7 +247,7 @@ fn versions_text(value: &Value) -> String {
         }
     }
     out.push_str(
-        "\nDigests and sources: -o yaml. Update the table: crates/spec/src/versions.yaml.\n",
+        "\nDigests and sources: -o yaml. Update the table: crates/spec/src/versions.yaml; support windows: crates/spec/src/kubernetes_support.txt.\n",
     );
     out
 }

@@ -15,6 +15,7 @@ pub mod iam;
 pub mod images;
 pub mod interruption;
 pub mod kubean_support;
+pub mod kubernetes_support;
 pub mod kubespray_images;
 mod load;
 pub mod names;

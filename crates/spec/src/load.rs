@@ -91,6 +91,24 @@ pub fn spec_from_documents(docs: Vec<Document>, file: &str) -> Result<LoadedSpec
     }
 }
 
+impl LoadedSpec {
+    /// The warnings that depend on the day (the control plane's Kubernetes minor past its end of
+    /// life or in maintenance mode), located at `spec.kubernetesVersion`.
+    pub fn dated_warnings(&self, today: &crate::kubernetes_support::Day) -> Vec<SpecError> {
+        let Some(minor) = crate::images::kubernetes_minor(&self.spec.spec.kubernetes_version) else {
+            return Vec::new();
+        };
+        let path = FieldPath::root().key("spec").key("kubernetesVersion");
+        crate::kubernetes_support::warning(minor, today)
+            .map(|message| {
+                SpecError::new(&self.file, Some(self.document.pos(&path)), message)
+                    .at_field(path.to_string())
+            })
+            .into_iter()
+            .collect()
+    }
+}
+
 /// serde stops at the first error; we want them all. After each error the offending
 /// value is removed or replaced by an empty value of the expected type, and errors
 /// beneath a replaced value are not reported (they would only echo the first one).

@@ -3,8 +3,14 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+/// 2026-12-07, the day these tests were written against: what they assert of warnings that
+/// depend on the day (a Kubernetes minor's end of life) must not change with the calendar.
+const PINNED_DAY: &str = "1796601600";
+
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"));
+    command.env("SOURCE_DATE_EPOCH", PINNED_DAY);
+    command
 }
 
 fn fixture(rel: &str) -> PathBuf {
@@ -463,5 +469,54 @@ fn verify_interruption_needs_a_queue_and_a_cpu_pool_and_says_so_before_touching_
     assert!(
         stderr.contains("--interruption needs a CPU pool"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_kubernetes_minor_past_its_end_of_life_is_a_located_warning_with_the_date_and_the_next_minor() {
+    let spec = fixture("static-minimal.yaml");
+    let line = std::fs::read_to_string(&spec)
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("kubernetesVersion: v1.34.2"))
+        .expect("the fixture is on 1.34")
+        + 1;
+    let out = bin().arg("validate").arg(&spec).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning is not an error: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "static-minimal.yaml:{line}:22: spec.kubernetesVersion: Kubernetes 1.34 reached its end of life on 2026-10-27"
+        )) && stderr.contains("plan the upgrade to 1.35"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 warning"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Two months before its end: maintenance mode, said as such.
+    let out = bin()
+        .arg("validate")
+        .arg(&spec)
+        .env("SOURCE_DATE_EPOCH", "1788480000") // 2026-09-04
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Kubernetes 1.34 is in maintenance mode (critical and security fixes only) until its end of life on 2026-10-27"),
+        "{stderr}"
+    );
+    // While it is fully supported: nothing.
+    let out = bin()
+        .arg("validate")
+        .arg(&spec)
+        .env("SOURCE_DATE_EPOCH", "1767225600") // 2026-01-01
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("spec.kubernetesVersion"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -16,7 +16,12 @@ fn fixture(rel: &str) -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    bin().args(args).output().unwrap()
+    // The day the support windows are judged on (2026-12-07), pinned.
+    bin()
+        .args(args)
+        .env("SOURCE_DATE_EPOCH", "1796601600")
+        .output()
+        .unwrap()
 }
 
 fn json(out: &Output) -> Value {
@@ -88,6 +93,19 @@ fn versions_prints_the_table_and_the_matrix() {
         .find(|r| r["kubernetes"] == "1.35")
         .unwrap();
     assert_eq!(row["cloudControllerManager"], "v1.35.3");
+    // Support windows, on the pinned day (2026-12-07).
+    assert_eq!(row["support"]["endOfLife"], "2027-02-28", "{row}");
+    assert_eq!(
+        row["support"]["standing"], "supported; maintenance from 2026-12-28",
+        "{row}"
+    );
+    let old = value["matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kubernetes"] == "1.34")
+        .unwrap();
+    assert_eq!(old["support"]["standing"], "end of life since 2026-10-27", "{old}");
     assert!(
         row["karpenter"]
             .as_array()
