@@ -52,6 +52,7 @@
 //! | KK041 | nodepool  | neuron-pool-untainted                                              |
 //! | KK042 | nodepool  | repeated-requirement-key                                           |
 //! | KK043 | nodepool  | zero-budget-always-active                                          |
+//! | KK044 | nodeclass | empty-selector-term                                                |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -102,6 +103,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodepool::neuron_untainted::NeuronPoolUntainted,
     &rules::nodepool::repeated_requirement_key::RepeatedRequirementKey,
     &rules::nodepool::zero_budget_without_schedule::ZeroBudgetAlwaysActive,
+    &rules::nodeclass::empty_selector_term::EmptySelectorTerm,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

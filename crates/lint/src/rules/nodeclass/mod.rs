@@ -4,6 +4,7 @@ pub mod ami_alias_latest;
 pub mod ami_alias_version;
 pub mod custom_without_userdata;
 pub mod ebs_root_volume;
+pub mod empty_selector_term;
 pub mod imds_tokens_optional;
 pub mod kubeadm_on_eks_ami;
 pub mod kubelet_density;
