@@ -23,8 +23,9 @@ pub struct PlanArgs {
     /// The ElasticCluster spec as the cluster runs today.
     spec: String,
     /// Target: `1.36.3`, or `1.36` / `1.36.x` for the newest patch the pinned Kubean installs.
+    /// Left out: the next minor (Kubernetes moves one minor at a time), with its support window.
     #[arg(long)]
-    to: String,
+    to: Option<String>,
     /// Which side moves first; workers-first is refused when it would run a kubelet newer than
     /// the API server.
     #[arg(long, value_parser = ["control-plane-first", "workers-first"], default_value = "control-plane-first")]
@@ -52,6 +53,37 @@ pub struct PlanArgs {
     html: Option<std::path::PathBuf>,
 }
 
+/// Without `--to`: the minor after the control plane's (one at a time, as kubeadm upgrades), said
+/// on stderr with where it stands today (`kubernetes_support.txt`).
+fn next_minor(version: &str, file: &str) -> Result<String, Failure> {
+    use kk_spec::kubernetes_support::{self, Standing};
+    let minor = kk_spec::images::kubernetes_minor(version).ok_or_else(|| {
+        Failure(format!(
+            "{file}: spec.kubernetesVersion {version:?} is not a version like 1.35.5: pass --to"
+        ))
+    })?;
+    let next = minor + 1;
+    let today = kubernetes_support::today();
+    let standing = match kubernetes_support::standing(next, &today) {
+        Standing::Supported { maintenance } => {
+            format!("supported until its maintenance mode from {maintenance}")
+        }
+        Standing::Maintenance { end_of_life } => format!(
+            "in maintenance mode until {end_of_life}: plan 1.{} right after it",
+            next + 1
+        ),
+        Standing::EndOfLife { since } => format!(
+            "past its end of life since {since}: go on to 1.{} right after it",
+            next + 1
+        ),
+        Standing::Unknown => "its support window is not in the table".to_owned(),
+    };
+    eprintln!(
+        "upgrade plan: no --to: planning 1.{next}, the next minor (Kubernetes upgrades one minor at a time); 1.{next} is {standing}"
+    );
+    Ok(format!("1.{next}"))
+}
+
 fn parse_nodes(text: &str) -> Result<(String, i64), String> {
     let (pool, n) = text
         .split_once('=')
@@ -76,8 +108,12 @@ pub fn run(command: UpgradeCommand) -> Result<ExitCode, Failure> {
             )));
         }
     }
+    let to = match &args.to {
+        Some(to) => to.clone(),
+        None => next_minor(&spec.spec.kubernetes_version, &loaded.file)?,
+    };
     let mut request = UpgradeRequest {
-        to: args.to.clone(),
+        to,
         order: if args.order == "workers-first" {
             Order::WorkersFirst
         } else {

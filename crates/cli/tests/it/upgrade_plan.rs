@@ -112,3 +112,27 @@ fn the_html_view_draws_each_pools_waves_and_is_whole_or_absent() {
     assert!(out.stdout.is_empty());
     assert!(!bad.exists());
 }
+
+#[test]
+fn without_to_the_next_minor_is_planned_with_its_support_window() {
+    // iam-eks.yaml runs 1.35; the day is pinned (2026-12-07) so the window said is fixed.
+    let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/specs/iam-eks.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
+        .args(["upgrade", "plan"])
+        .arg(&spec)
+        .env("SOURCE_DATE_EPOCH", "1796601600")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("planning 1.36, the next minor (Kubernetes upgrades one minor at a time); 1.36 is supported until its maintenance mode from 2027-04-28"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("1. Kubean upgrades the control plane to 1.36.3"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
