@@ -93,7 +93,10 @@ pub(crate) fn accounts_cel(spec: &kk_spec::ClusterSpec, name: &str) -> String {
     if !accounts.contains(&legacy) {
         accounts.push(legacy);
     }
-    let literals: Vec<String> = accounts.iter().map(|a| crate::cel::string_literal(a)).collect();
+    let literals: Vec<String> = accounts
+        .iter()
+        .map(|a| crate::cel::string_literal(a))
+        .collect();
     format!("[{}]", literals.join(", "))
 }
 

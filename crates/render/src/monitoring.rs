@@ -223,7 +223,8 @@ fn rule(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
 }
 
 /// Scrapes the rotator's and the approver's `/metrics` (their container port `http`), each in
-/// its own namespace (a PodMonitor otherwise looks only in its own).
+/// its own namespace (a PodMonitor otherwise looks only in its own), and in Karpenter's, where
+/// earlier installs ran them until `apply` moves them.
 fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
     json!({
         "apiVersion": API_VERSION,
@@ -233,6 +234,7 @@ fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             "namespaceSelector": { "matchNames": [
                 crate::names::controller_namespace(csr_approver::NAME),
                 crate::names::controller_namespace(rotator::NAME),
+                cluster.spec.karpenter.namespace,
             ] },
             "selector": { "matchExpressions": [{
                 "key": "app.kubernetes.io/name",

@@ -15,8 +15,13 @@ impl Day {
     pub fn parse(text: &str) -> Option<Day> {
         let b = text.as_bytes();
         let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
-        (b.len() == 10 && b[4] == b'-' && b[7] == b'-' && digits(0..4) && digits(5..7) && digits(8..10))
-            .then(|| Day(text.to_owned()))
+        (b.len() == 10
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && digits(0..4)
+            && digits(5..7)
+            && digits(8..10))
+        .then(|| Day(text.to_owned()))
     }
 
     /// The UTC day `seconds` after the Unix epoch.
@@ -50,9 +55,15 @@ pub struct Window {
 /// Where a minor stands on a given day.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Standing {
-    Supported { maintenance: Day },
-    Maintenance { end_of_life: Day },
-    EndOfLife { since: Day },
+    Supported {
+        maintenance: Day,
+    },
+    Maintenance {
+        end_of_life: Day,
+    },
+    EndOfLife {
+        since: Day,
+    },
     /// Newer than the table, or older than its first minor.
     Unknown,
 }
@@ -178,7 +189,10 @@ mod tests {
         assert!(parse("1.30 2024-04-17 2025-04-28\n").is_err());
         assert!(parse("1.30 2024-04-17 2025-04-28 2025-02-30x\n").is_err());
         assert!(parse("1.30 2025-04-28 2024-04-17 2025-07-15\n").is_err());
-        assert!(parse("1.30 2024-04-17 2025-04-28 2025-07-15\n1.32 2024-12-11 2025-12-28 2026-02-28\n").is_err());
+        assert!(
+            parse("1.30 2024-04-17 2025-04-28 2025-07-15\n1.32 2024-12-11 2025-12-28 2026-02-28\n")
+                .is_err()
+        );
     }
 
     #[test]
@@ -193,18 +207,30 @@ mod tests {
     fn standing_on_either_side_of_each_date() {
         assert_eq!(
             standing(34, &day("2026-10-26")),
-            Standing::Maintenance { end_of_life: day("2026-10-27") }
+            Standing::Maintenance {
+                end_of_life: day("2026-10-27")
+            }
         );
-        assert_eq!(standing(34, &day("2026-10-27")), Standing::EndOfLife { since: day("2026-10-27") });
+        assert_eq!(
+            standing(34, &day("2026-10-27")),
+            Standing::EndOfLife {
+                since: day("2026-10-27")
+            }
+        );
         assert_eq!(
             standing(35, &day("2026-12-27")),
-            Standing::Supported { maintenance: day("2026-12-28") }
+            Standing::Supported {
+                maintenance: day("2026-12-28")
+            }
         );
         assert_eq!(standing(99, &day("2026-12-07")), Standing::Unknown);
         assert_eq!(next_supported(34, &day("2026-12-07")), Some(35));
         assert_eq!(next_supported(34, &day("2026-12-28")), Some(36));
         let w = warning(34, &day("2026-12-07")).unwrap();
-        assert!(w.contains("end of life on 2026-10-27") && w.contains("1.35"), "{w}");
+        assert!(
+            w.contains("end of life on 2026-10-27") && w.contains("1.35"),
+            "{w}"
+        );
         assert_eq!(warning(36, &day("2026-12-07")), None);
     }
 }

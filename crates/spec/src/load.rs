@@ -95,7 +95,8 @@ impl LoadedSpec {
     /// The warnings that depend on the day (the control plane's Kubernetes minor past its end of
     /// life or in maintenance mode), located at `spec.kubernetesVersion`.
     pub fn dated_warnings(&self, today: &crate::kubernetes_support::Day) -> Vec<SpecError> {
-        let Some(minor) = crate::images::kubernetes_minor(&self.spec.spec.kubernetes_version) else {
+        let Some(minor) = crate::images::kubernetes_minor(&self.spec.spec.kubernetes_version)
+        else {
             return Vec::new();
         };
         let path = FieldPath::root().key("spec").key("kubernetesVersion");

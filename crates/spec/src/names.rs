@@ -30,7 +30,10 @@ pub fn controller_namespace(name: &str) -> &str {
 /// The user the controller `name`'s service account authenticates as: what RBAC and the
 /// admission policies see.
 pub fn controller_user(name: &str) -> String {
-    format!("system:serviceaccount:{}:{name}", controller_namespace(name))
+    format!(
+        "system:serviceaccount:{}:{name}",
+        controller_namespace(name)
+    )
 }
 
 /// The CSR approver's record of the instances it approved a node certificate for (a

@@ -239,12 +239,17 @@ fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_mana
             .position(|o| o == what)
             .unwrap_or_else(|| panic!("{what} not applied: {order:?}"))
     };
-    assert!(at("Namespace/kubean-karpenter-rotator") < at("ServiceAccount/kubean-karpenter-rotator"));
+    assert!(
+        at("Namespace/kubean-karpenter-rotator") < at("ServiceAccount/kubean-karpenter-rotator")
+    );
     assert!(
         at("Namespace/kubean-karpenter-csr-approver")
             < at("ServiceAccount/kubean-karpenter-csr-approver")
     );
-    assert!(at("Namespace/karpenter-order-test") < at("ValidatingAdmissionPolicy/kubean-karpenter-rotator"));
+    assert!(
+        at("Namespace/karpenter-order-test")
+            < at("ValidatingAdmissionPolicy/kubean-karpenter-rotator")
+    );
     assert!(
         at("Cluster/demo") < at("Namespace/karpenter-order-test"),
         "kubean/ first"

@@ -6,8 +6,12 @@
 //! Stand-in: the testbed runs no kube-controller-manager and no kubelet, so no pod ever starts
 //! there; the test writes the new Deployment's status (one available pod) as they would.
 //! Everything else is the real apiserver. The objects are the CSR approver's as rendered,
-//! renamed so this test owns each of them (the testbed is shared); its admission policies are
-//! left out, since renamed they would govern the real approver's CSRs.
+//! renamed so this test owns each of them (the testbed is shared); of its admission policies only
+//! the one on Node deletes is kept (it constrains the renamed accounts and nobody else), since the
+//! approval policy renamed would govern the real approver's CSRs.
+//!
+//! The attack: anyone may create a Deployment with our name and label in a namespace of theirs.
+//! apply must not bind its account, copy Secrets from there or delete anything of it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -60,16 +64,25 @@ fn renamed_approver(name: &str, karpenter: &str, secret: &str) -> Vec<Value> {
         })
         .map(|(_, o)| o)
         .filter(|o| {
-            !matches!(
-                o["kind"].as_str(),
-                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" | "ConfigMap")
-            )
+            let node_deletes = o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-node-deletes"));
+            match o["kind"].as_str() {
+                Some("ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding") => {
+                    node_deletes
+                }
+                Some("ConfigMap") => false,
+                _ => true,
+            }
         })
         .collect();
     let text = serde_json::to_string(&objects)
         .unwrap()
         .replace("kubean-karpenter-csr-approver", name)
-        .replace("kubean-karpenter:csr-approver", &format!("{name}:csr-approver"));
+        .replace(
+            "kubean-karpenter:csr-approver",
+            &format!("{name}:csr-approver"),
+        );
     let mut objects: Vec<Value> = serde_json::from_str(&text).unwrap();
     for o in &mut objects {
         if o["kind"] == "Deployment" {
@@ -89,14 +102,16 @@ fn renamed_approver(name: &str, karpenter: &str, secret: &str) -> Vec<Value> {
 /// The same objects as an install made before the controllers had namespaces of their own:
 /// the account and Deployment in Karpenter's namespace, the bindings naming that account.
 fn old_layout(objects: &[Value], name: &str, karpenter: &str) -> Vec<Value> {
-    let mut old = vec![json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": karpenter } })];
+    let mut old =
+        vec![json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": karpenter } })];
     for o in objects {
         let mut o = o.clone();
         match o["kind"].as_str() {
             Some("Namespace") => continue,
             Some("ServiceAccount" | "Deployment") => o["metadata"]["namespace"] = json!(karpenter),
             Some("RoleBinding" | "ClusterRoleBinding") => {
-                o["subjects"] = json!([{ "kind": "ServiceAccount", "name": name, "namespace": karpenter }])
+                o["subjects"] =
+                    json!([{ "kind": "ServiceAccount", "name": name, "namespace": karpenter }])
             }
             _ => {}
         }
@@ -107,7 +122,10 @@ fn old_layout(objects: &[Value], name: &str, karpenter: &str) -> Vec<Value> {
 
 fn write(dir: &Path, file: &str, objects: &[Value]) -> PathBuf {
     let path = dir.join(file);
-    let text: Vec<String> = objects.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
+    let text: Vec<String> = objects
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
     std::fs::write(&path, text.join("\n---\n")).unwrap();
     path
 }
@@ -132,7 +150,11 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         return;
     };
     let n = unique();
-    let (name, karpenter, secret) = (format!("hv-{n}"), format!("karpenter-hv-{n}"), format!("keys-{n}"));
+    let (name, karpenter, secret) = (
+        format!("hv-{n}"),
+        format!("karpenter-hv-{n}"),
+        format!("keys-{n}"),
+    );
     let dir = tempfile::tempdir().unwrap();
     let new = renamed_approver(&name, &karpenter, &secret);
     let old = old_layout(&new, &name, &karpenter);
@@ -148,7 +170,11 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
 
     // The install as it was, and the Secret its pods read.
     let out = cli(&tb, &["apply", old_file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let secrets_old: Api<Secret> = Api::namespaced(client.clone(), &karpenter);
     rt.block_on(secrets_old.create(
         &Default::default(),
@@ -156,8 +182,36 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     ))
     .unwrap();
 
+    // A look-alike in an attacker's namespace: our name, our label, its own account.
+    let evil = format!("evil-hv-{n}");
+    let look_alike: Vec<Value> = vec![
+        json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": evil } }),
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": { "name": name, "namespace": evil, "labels": { "app.kubernetes.io/managed-by": "kubean-karpenter" } } }),
+        json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": { "name": name, "namespace": evil, "labels": { "app.kubernetes.io/managed-by": "kubean-karpenter" } },
+                "spec": { "selector": { "matchLabels": { "app": "evil" } }, "template": {
+                    "metadata": { "labels": { "app": "evil" } },
+                    "spec": { "serviceAccountName": name, "containers": [{ "name": "c", "image": "registry.example/evil@sha256:0000000000000000000000000000000000000000000000000000000000000000" }] } } } }),
+    ];
+    let evil_file = write(dir.path(), "evil.yaml", &look_alike);
+    let out = cli(&tb, &["apply", evil_file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The new Deployment never gets a pod: apply stops, and the old one keeps its rights.
-    let out = cli(&tb, &["apply", new_file.to_str().unwrap(), "--handover-timeout", "4s"]);
+    let out = cli(
+        &tb,
+        &[
+            "apply",
+            new_file.to_str().unwrap(),
+            "--handover-timeout",
+            "4s",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     for says in [
@@ -166,18 +220,33 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         "has no available pod after".to_owned(),
         format!("the controller keeps running in namespace {karpenter} with its rights"),
         "re-running apply resumes".to_owned(),
+        format!(
+            "handover: Deployment {evil}/{name} is named and labelled like ours but left alone: the RoleBinding kube-system/{name} does not name its account"
+        ),
     ] {
         assert!(stderr.contains(&says), "should say {says:?}: {stderr}");
     }
     assert!(!stderr.contains("not-printed-7f3a"), "{stderr}");
     let old_deployments: Api<Deployment> = Api::namespaced(client.clone(), &karpenter);
     let new_deployments: Api<Deployment> = Api::namespaced(client.clone(), &name);
-    assert!(rt.block_on(old_deployments.get_opt(&name)).unwrap().is_some());
-    assert!(rt.block_on(new_deployments.get_opt(&name)).unwrap().is_some());
+    assert!(
+        rt.block_on(old_deployments.get_opt(&name))
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        rt.block_on(new_deployments.get_opt(&name))
+            .unwrap()
+            .is_some()
+    );
     let both = subjects(&rt, &client, &name);
     assert!(
         both.contains(&format!("{karpenter}/{name}")) && both.contains(&format!("{name}/{name}")),
         "while the new Deployment is not available both accounts are bound: {both:?}"
+    );
+    assert!(
+        !both.contains(&format!("{evil}/{name}")),
+        "the look-alike's account is never bound: {both:?}"
     );
 
     // As the Deployment controller and kubelet would once a pod is ready.
@@ -196,7 +265,15 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     ))
     .unwrap();
 
-    let out = cli(&tb, &["apply", new_file.to_str().unwrap(), "--handover-timeout", "60s"]);
+    let out = cli(
+        &tb,
+        &[
+            "apply",
+            new_file.to_str().unwrap(),
+            "--handover-timeout",
+            "60s",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     for says in [
@@ -207,7 +284,11 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     ] {
         assert!(stderr.contains(&says), "should say {says:?}: {stderr}");
     }
-    assert!(rt.block_on(old_deployments.get_opt(&name)).unwrap().is_none());
+    assert!(
+        rt.block_on(old_deployments.get_opt(&name))
+            .unwrap()
+            .is_none()
+    );
     let old_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &karpenter);
     assert!(rt.block_on(old_accounts.get_opt(&name)).unwrap().is_none());
     assert!(rt.block_on(secrets_old.get_opt(&secret)).unwrap().is_none());
@@ -218,15 +299,32 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         b"not-printed-7f3a".to_vec(),
         "the keys travelled unchanged"
     );
-    assert_eq!(subjects(&rt, &client, &name), vec![format!("{name}/{name}")]);
+    assert_eq!(
+        subjects(&rt, &client, &name),
+        vec![format!("{name}/{name}")]
+    );
+    // The look-alike is untouched: its Deployment and account are still there.
+    let evil_deployments: Api<Deployment> = Api::namespaced(client.clone(), &evil);
+    assert!(
+        rt.block_on(evil_deployments.get_opt(&name))
+            .unwrap()
+            .is_some()
+    );
+    let evil_accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &evil);
+    assert!(rt.block_on(evil_accounts.get_opt(&name)).unwrap().is_some());
 
-    // Moved: the next apply finds nothing to move and changes nothing.
+    // Moved: the next apply moves nothing (the look-alike is still only noted).
     let out = cli(&tb, &["apply", new_file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !stderr.contains("handover"), "{stderr}");
+    assert!(
+        out.status.success()
+            && !stderr.contains("handover: moving")
+            && !stderr.contains("handover: deleted"),
+        "{stderr}"
+    );
 
     // Clean up what is this test's alone.
-    for ns in [&name, &karpenter] {
+    for ns in [&name, &karpenter, &evil] {
         let _ = Command::new("kubectl")
             .env("KUBECONFIG", &tb.kubeconfig)
             .args(["delete", "namespace", ns, "--wait=false"])
@@ -245,11 +343,78 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         .env("KUBECONFIG", &tb.kubeconfig)
         .args([
             "delete",
+            "validatingadmissionpolicy,validatingadmissionpolicybinding",
+            &format!("{name}-node-deletes"),
+            "--ignore-not-found",
+        ])
+        .output();
+    let _ = Command::new("kubectl")
+        .env("KUBECONFIG", &tb.kubeconfig)
+        .args([
+            "delete",
             "-n",
             "kube-system",
             "role,rolebinding,lease",
             &name,
             "--ignore-not-found",
         ])
+        .output();
+}
+
+/// Issue 47 review, F4: a tenant who may create namespaces makes the controller's namespace
+/// before apply does and holds rights there; apply refuses to put the controller's account in it.
+#[test]
+fn apply_refuses_a_controller_namespace_someone_else_made() {
+    let _turn = crate::testbed_apply_turn();
+    let Some(tb) = kk_live::testbed::require(&repo(), "apply: squatted controller namespace")
+    else {
+        return;
+    };
+    let n = unique();
+    let name = format!("sq-{n}");
+    let dir = tempfile::tempdir().unwrap();
+    let objects = renamed_approver(&name, &format!("karpenter-sq-{n}"), &format!("keys-{n}"));
+    let file = write(dir.path(), "bundle.yaml", &objects);
+    let squat = write(
+        dir.path(),
+        "squat.yaml",
+        &[json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } })],
+    );
+    let out = cli(&tb, &["apply", squat.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for dry_run in [true, false] {
+        let mut args = vec!["apply", file.to_str().unwrap()];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let out = cli(&tb, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "namespace {name} exists but kubean-karpenter did not make it"
+            )) && stderr.contains("nothing more applied"),
+            "{stderr}"
+        );
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt
+        .block_on(kk_live::make_client(&kk_live::ClientOptions {
+            kubeconfig: Some(tb.kubeconfig.clone()),
+            context: None,
+        }))
+        .unwrap();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    assert!(
+        rt.block_on(accounts.get_opt(&name)).unwrap().is_none(),
+        "no controller account in a namespace someone else made"
+    );
+    let _ = Command::new("kubectl")
+        .env("KUBECONFIG", &tb.kubeconfig)
+        .args(["delete", "namespace", &name, "--wait=false"])
         .output();
 }

@@ -105,7 +105,10 @@ fn versions_prints_the_table_and_the_matrix() {
         .iter()
         .find(|r| r["kubernetes"] == "1.34")
         .unwrap();
-    assert_eq!(old["support"]["standing"], "end of life since 2026-10-27", "{old}");
+    assert_eq!(
+        old["support"]["standing"], "end of life since 2026-10-27",
+        "{old}"
+    );
     assert!(
         row["karpenter"]
             .as_array()

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kk_spec::names::MANAGED_BY;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -31,6 +32,8 @@ use serde_json::{Value, json};
 /// How long apply waits, by default, for a moved controller's new Deployment to have an
 /// available pod (an image pull on a fresh infra worker takes a minute or two).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Where the controllers' Leases and their bindings live (render's `controller_workload`).
+const LEASE_NAMESPACE: &str = "kube-system";
 /// How long it waits for the old pods to stop: their grace period (30 s) and some.
 const STOP_TIMEOUT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_secs(2);
@@ -46,13 +49,21 @@ pub struct Move {
     pub to: String,
     /// Secrets the new pods read (`secretKeyRef`, `envFrom`), copied when `to` lacks them.
     pub secrets: Vec<String>,
+    /// Whether the old Deployment still runs; `false`: an earlier move stopped it and only its
+    /// account (and the Secrets copied from beside it) are left to retire.
+    pub running: bool,
 }
 
 impl std::fmt::Display for Move {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.running {
+            "Deployment"
+        } else {
+            "what is left of"
+        };
         write!(
             f,
-            "Deployment {} from namespace {} to {}",
+            "{what} {} from namespace {} to {}",
             self.name, self.from, self.to
         )
     }
@@ -116,10 +127,21 @@ fn controller_of(value: &Value) -> Option<(String, String, Vec<String>)> {
 }
 
 /// The controllers among `objects` that run today, under the same name and our label, in
-/// another namespace.
-pub async fn find(client: &Client, objects: &[(String, Value)]) -> Result<Vec<Move>, kube::Error> {
+/// another namespace, and a note for each look-alike left alone.
+///
+/// A Deployment is moved only when binding its account for a moment grants nothing new and
+/// nothing unconstrained: the live RoleBinding in kube-system that the move widens (the
+/// controller's Lease binding, named like it) already names that account, and an admission
+/// policy among `objects` constrains it. Anyone may create a Deployment with our name and label
+/// in a namespace of theirs; it is never bound, copied from or deleted.
+pub async fn find(
+    client: &Client,
+    objects: &[(String, Value)],
+) -> Result<(Vec<Move>, Vec<String>), kube::Error> {
     let deployments: Api<Deployment> = Api::all(client.clone());
+    let lease_bindings: Api<RoleBinding> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     let mut moves = Vec::new();
+    let mut left_alone = Vec::new();
     for (_, value) in objects {
         let Some((name, to, secrets)) = controller_of(value) else {
             continue;
@@ -129,17 +151,77 @@ pub async fn find(client: &Client, objects: &[(String, Value)]) -> Result<Vec<Mo
             .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         for running in deployments.list(&params).await? {
             let from = running.metadata.namespace.clone().unwrap_or_default();
-            if from != to && is_ours(&running.metadata) {
+            if from == to || !is_ours(&running.metadata) {
+                continue;
+            }
+            let bound = lease_bindings
+                .get_opt(&name)
+                .await?
+                .and_then(|b| b.subjects)
+                .unwrap_or_default()
+                .iter()
+                .any(|s| {
+                    s.kind == "ServiceAccount"
+                        && s.name == name
+                        && s.namespace.as_deref() == Some(from.as_str())
+                });
+            let why = if !bound {
+                Some(format!(
+                    "the RoleBinding {LEASE_NAMESPACE}/{name} does not name its account"
+                ))
+            } else if !constrained(objects, &from, &name) {
+                Some("no admission policy being applied constrains its account".to_owned())
+            } else {
+                None
+            };
+            match why {
+                Some(why) => left_alone.push(format!(
+                    "handover: Deployment {from}/{name} is named and labelled like ours but left alone: {why}"
+                )),
+                None => moves.push(Move {
+                    name: name.clone(),
+                    from,
+                    to: to.clone(),
+                    secrets: secrets.clone(),
+                    running: true,
+                }),
+            }
+        }
+        // An earlier move that stopped after deleting the old Deployment left its account (and
+        // the original of a copied Secret): retire them now. Only where a policy being applied
+        // names the account, as for a move.
+        let accounts: Api<ServiceAccount> = Api::all(client.clone());
+        for account in accounts.list(&params).await? {
+            let from = account.metadata.namespace.clone().unwrap_or_default();
+            let moving = moves.iter().any(|m| m.name == name && m.from == from);
+            if from != to
+                && !moving
+                && is_ours(&account.metadata)
+                && constrained(objects, &from, &name)
+            {
                 moves.push(Move {
                     name: name.clone(),
                     from,
                     to: to.clone(),
                     secrets: secrets.clone(),
+                    running: false,
                 });
             }
         }
     }
-    Ok(moves)
+    Ok((moves, left_alone))
+}
+
+/// Whether an admission policy of ours among `objects` names the account `namespace`/`name`
+/// (as the CEL string literal render writes).
+fn constrained(objects: &[(String, Value)], namespace: &str, name: &str) -> bool {
+    let literal = format!("'system:serviceaccount:{namespace}:{name}'");
+    objects.iter().any(|(_, o)| {
+        o["apiVersion"] == "admissionregistration.k8s.io/v1"
+            && o["kind"] == "ValidatingAdmissionPolicy"
+            && o["metadata"]["labels"][MANAGED_BY.0] == MANAGED_BY.1
+            && o["spec"].to_string().contains(&literal)
+    })
 }
 
 /// `objects` with every binding that names a moved controller's new account naming its old
@@ -154,7 +236,7 @@ pub fn with_old_accounts(objects: &[(String, Value)], moves: &[Move]) -> Vec<(St
             if binding && let Some(subjects) = value["subjects"].as_array_mut() {
                 let mut old = Vec::new();
                 for s in subjects.iter() {
-                    for m in moves {
+                    for m in moves.iter().filter(|m| m.running) {
                         if s["kind"] == "ServiceAccount" && s["name"] == *m.name && s["namespace"] == *m.to {
                             old.push(json!({ "kind": "ServiceAccount", "name": m.name, "namespace": m.from }));
                         }
@@ -233,7 +315,7 @@ pub async fn wait_available(
     progress: &mut dyn FnMut(String),
 ) -> Result<(), HandoverError> {
     let started = Instant::now();
-    for m in moves {
+    for m in moves.iter().filter(|m| m.running) {
         let api: Api<Deployment> = Api::namespaced(client.clone(), &m.to);
         let mut said = Instant::now();
         loop {
@@ -276,10 +358,16 @@ pub async fn stop_old(
     moves: &[Move],
     progress: &mut dyn FnMut(String),
 ) -> Result<(), kube::Error> {
-    for m in moves {
+    for m in moves.iter().filter(|m| m.running) {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), &m.from);
-        match deployments.delete(&m.name, &DeleteParams::background()).await {
-            Ok(_) => progress(format!("handover: deleted Deployment {}/{}", m.from, m.name)),
+        match deployments
+            .delete(&m.name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => progress(format!(
+                "handover: deleted Deployment {}/{}",
+                m.from, m.name
+            )),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e),
         }
@@ -319,7 +407,10 @@ pub async fn retire(
             && is_ours(&account.metadata)
         {
             accounts.delete(&m.name, &DeleteParams::default()).await?;
-            progress(format!("handover: deleted ServiceAccount {}/{}", m.from, m.name));
+            progress(format!(
+                "handover: deleted ServiceAccount {}/{}",
+                m.from, m.name
+            ));
         }
         let old: Api<Secret> = Api::namespaced(client.clone(), &m.from);
         let new: Api<Secret> = Api::namespaced(client.clone(), &m.to);
@@ -390,12 +481,33 @@ mod tests {
     }
 
     #[test]
+    fn only_an_account_one_of_our_policies_names_counts_as_constrained() {
+        let policy = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": { "name": "ctl", "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+            "spec": { "validations": [{ "expression": "!(request.userInfo.username in ['system:serviceaccount:ctl:ctl', 'system:serviceaccount:karpenter:ctl']) || true" }] },
+        });
+        let objects = vec![("p".to_owned(), policy.clone())];
+        assert!(constrained(&objects, "karpenter", "ctl"));
+        assert!(!constrained(&objects, "evil", "ctl"));
+        assert!(!constrained(&objects, "karpenter", "ct"));
+        let mut foreign = policy;
+        foreign["metadata"]["labels"] = json!({});
+        assert!(!constrained(
+            &[("p".to_owned(), foreign)],
+            "karpenter",
+            "ctl"
+        ));
+    }
+
+    #[test]
     fn during_a_move_the_bindings_name_the_old_account_as_well() {
         let moves = [Move {
             name: "ctl".into(),
             from: "karpenter".into(),
             to: "ctl".into(),
             secrets: vec![],
+            running: true,
         }];
         let both = with_old_accounts(&rendered(), &moves);
         assert_eq!(

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use kk_render::{Bundle, Target};
 use kk_spec::ElasticCluster;
+use kk_spec::names::MANAGED_BY;
 use serde_json::Value;
 
 use super::aws::{AwsDesired, AwsOutcome};
@@ -270,16 +271,36 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             objects.len()
         ));
         let client = client(which, &access).await?;
+        let foreign = foreign_namespaces(&client, &objects)
+            .await
+            .map_err(|e| WorkflowError(format!("{which}: read the namespaces: {e}")))?;
+        if let Some(namespace) = foreign.first() {
+            return Err(WorkflowError(format!(
+                "{which}: namespace {namespace} exists but kubean-karpenter did not make it (no {}={} label): whoever made it may hold rights there, beside the controller account the bundle puts in it. Check its RoleBindings and pods, then delete it or label it {}={}; nothing more applied",
+                MANAGED_BY.0, MANAGED_BY.1, MANAGED_BY.0, MANAGED_BY.1
+            )));
+        }
         // Our controllers that run in another namespace than the bundle's start there first.
         let mut moves: Vec<Move> = Vec::new();
         if !options.dry_run && index == last_batch {
-            moves = handover::find(&client, &objects)
+            let (found, left_alone) = handover::find(&client, &objects)
                 .await
                 .map_err(|e| WorkflowError(format!("{which}: find controllers to move: {e}")))?;
+            for note in left_alone {
+                progress(note);
+            }
+            moves = found;
             if !moves.is_empty() {
-                start_moved(&request, &client, &objects, &moves, &outcome, &mut *progress)
-                    .await
-                    .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
+                start_moved(
+                    &request,
+                    &client,
+                    &objects,
+                    &moves,
+                    &outcome,
+                    &mut *progress,
+                )
+                .await
+                .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
             }
         }
         let mut result = kube::apply_all(&client, &objects, &options).await;
@@ -353,6 +374,36 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
     Ok(outcome)
 }
 
+/// Namespaces among `objects` that the bundle owns (our label) but that exist without it:
+/// someone else made them (a tenant's self-service namespace, say) and may hold rights there.
+async fn foreign_namespaces(
+    client: &::kube::Client,
+    objects: &Objects,
+) -> Result<Vec<String>, ::kube::Error> {
+    let api: ::kube::Api<k8s_openapi::api::core::v1::Namespace> = ::kube::Api::all(client.clone());
+    let mut foreign = Vec::new();
+    for (_, v) in objects {
+        let owned = v["apiVersion"] == "v1"
+            && v["kind"] == "Namespace"
+            && v["metadata"]["labels"][MANAGED_BY.0] == MANAGED_BY.1;
+        let Some(name) = v["metadata"]["name"].as_str().filter(|_| owned) else {
+            continue;
+        };
+        if let Some(live) = api.get_opt(name).await? {
+            let ours = live
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANAGED_BY.0))
+                .is_some_and(|v| v == MANAGED_BY.1);
+            if !ours {
+                foreign.push(name.to_owned());
+            }
+        }
+    }
+    Ok(foreign)
+}
+
 /// Handover steps 1–3 ([`handover`]): the moved controllers' new Deployments start while the
 /// old ones keep their rights, and the old ones stop once a new pod is available. A failure
 /// leaves the old controllers running.
@@ -369,7 +420,14 @@ async fn start_moved(
     handover::copy_secrets(client, moves, &mut *progress)
         .await
         .map_err(|e| format!("handover: copy Secrets: {e}\n{resume}"))?;
-    let both = handover::with_old_accounts(objects, moves);
+    // The policies that constrain both accounts first, then the bindings that name both.
+    let (policies, rest): (Objects, Objects) = handover::with_old_accounts(objects, moves)
+        .into_iter()
+        .partition(|(_, v)| {
+            v["apiVersion"] == "admissionregistration.k8s.io/v1"
+                && v["kind"] == "ValidatingAdmissionPolicy"
+        });
+    let both: Objects = policies.into_iter().chain(rest).collect();
     kube::apply_all(client, &both, &request.options)
         .await
         .map_err(|e| {
@@ -378,7 +436,9 @@ async fn start_moved(
                 refused(e, "new cluster", &outcome.applied, false).0
             )
         })?;
-    let timeout = request.handover_timeout.unwrap_or(handover::DEFAULT_TIMEOUT);
+    let timeout = request
+        .handover_timeout
+        .unwrap_or(handover::DEFAULT_TIMEOUT);
     handover::wait_available(client, moves, timeout, &mut *progress)
         .await
         .map_err(|e| format!("handover: {e}\n{resume} once it runs"))?;

@@ -112,21 +112,24 @@ async fn a_pod_maker_in_karpenters_namespace_gets_no_controller_identity() {
     let mut tries = 0;
     while let Err(e) = pods.list(&Default::default()).await {
         tries += 1;
-        assert!(tries < 50, "the attacker's edit role never took effect: {e}");
+        assert!(
+            tries < 50,
+            "the attacker's edit role never took effect: {e}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 
     for controller in [ROTATOR, APPROVER] {
         // 1. A pod that mounts the controller's account in Karpenter's namespace: no such account.
-        let pod: Pod =
-            serde_json::from_value(controller_pod(controller, KARPENTER)).unwrap();
+        let pod: Pod = serde_json::from_value(controller_pod(controller, KARPENTER)).unwrap();
         let why = forbidden(
             &format!("a pod in {KARPENTER} running as {controller}"),
             pods.create(&dry(), &pod).await,
         );
         assert!(why.contains("service account"), "{why}");
         // 2. Nor a token of the real one in its own namespace.
-        let token = json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {} });
+        let token =
+            json!({ "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {} });
         let accounts: Api<ServiceAccount> = Api::namespaced(operator.clone(), controller);
         forbidden(
             &format!("a token for {controller}/{controller}"),
@@ -164,11 +167,15 @@ async fn a_pod_maker_in_karpenters_namespace_gets_no_controller_identity() {
         "stringData": { "token-id": unique(), "token-secret": "0123456789abcdef",
                         "usage-bootstrap-authentication": "true", "auth-extra-groups": kk_spec::names::JOIN_TOKEN_GROUP },
     });
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(rotator.clone(), "kube-system");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(rotator.clone(), "kube-system");
     forbidden(
         "the look-alike rotator account mints a join token",
         secrets
-            .create(&PostParams::default(), &serde_json::from_value(token).unwrap())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(token).unwrap(),
+            )
             .await,
     );
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
@@ -198,7 +205,9 @@ async fn a_pod_maker_in_karpenters_namespace_gets_no_controller_identity() {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(approver.clone());
     forbidden(
         "the look-alike approver account deletes a Node",
-        nodes.delete("i-0123456789abcdef0", &DeleteParams::default()).await,
+        nodes
+            .delete("i-0123456789abcdef0", &DeleteParams::default())
+            .await,
     );
 
     // The approver's own namespace admits its rendered pod and refuses a host-network one.
@@ -220,7 +229,9 @@ async fn a_pod_maker_in_karpenters_namespace_gets_no_controller_identity() {
     let rotator_ns = namespaces.get(ROTATOR).await.unwrap();
     let labels = rotator_ns.metadata.labels.unwrap_or_default();
     assert_eq!(
-        labels.get("pod-security.kubernetes.io/audit").map(String::as_str),
+        labels
+            .get("pod-security.kubernetes.io/audit")
+            .map(String::as_str),
         Some("restricted")
     );
 

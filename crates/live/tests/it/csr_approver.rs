@@ -19,7 +19,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams,
 use kube::core::GroupVersionKind;
 use serde_json::json;
 
-const SA: &str = "system:serviceaccount:kubean-karpenter-csr-approver:kubean-karpenter-csr-approver";
+const SA: &str =
+    "system:serviceaccount:kubean-karpenter-csr-approver:kubean-karpenter-csr-approver";
 const ROTATOR_SA: &str = "system:serviceaccount:kubean-karpenter-rotator:kubean-karpenter-rotator";
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// Where the rendered approver keeps its record of approvals (next to its Lease).
@@ -132,7 +133,10 @@ async fn as_account(testbed: &Testbed, account: &str) -> kube::Config {
     config.auth_info.impersonate_groups = Some(vec![
         "system:serviceaccounts".into(),
         // The account's namespace group (`system:serviceaccount:<namespace>:<name>`).
-        format!("system:serviceaccounts:{}", account.split(':').nth(2).unwrap()),
+        format!(
+            "system:serviceaccounts:{}",
+            account.split(':').nth(2).unwrap()
+        ),
         "system:authenticated".into(),
     ]);
     config

@@ -140,7 +140,9 @@ impl Rule for EmptySelectorTerm {
                             }
                         })
                         .collect();
-                    let at = FieldPath::parse(&format!("spec.{list}")).index(i).key(fields[0]);
+                    let at = FieldPath::parse(&format!("spec.{list}"))
+                        .index(i)
+                        .key(fields[0]);
                     out.push(
                         ctx.diag(
                             &META,
@@ -167,12 +169,18 @@ mod tests {
     #[test]
     fn only_a_term_whose_every_selecting_field_is_empty_selects_everything() {
         let selecting = &["tags", "id", "name"][..];
-        assert_eq!(empty_fields(&json!({"tags": {}}), selecting), Some(vec!["tags"]));
+        assert_eq!(
+            empty_fields(&json!({"tags": {}}), selecting),
+            Some(vec!["tags"])
+        );
         assert_eq!(
             empty_fields(&json!({"tags": {}, "name": ""}), selecting),
             Some(vec!["tags", "name"])
         );
-        assert_eq!(empty_fields(&json!({"tags": {}, "name": "sg-web"}), selecting), None);
+        assert_eq!(
+            empty_fields(&json!({"tags": {}, "name": "sg-web"}), selecting),
+            None
+        );
         assert_eq!(empty_fields(&json!({"tags": {"a": "b"}}), selecting), None);
         assert_eq!(empty_fields(&json!({"id": "sg-0123"}), selecting), None);
         // An owner alone is refused by the CRD; with an empty term it narrows, never selects.

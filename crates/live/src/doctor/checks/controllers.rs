@@ -70,7 +70,8 @@ fn is_left_behind(d: &Deployment, f: &Facts) -> bool {
         .is_some_and(|v| v == MANAGED_BY.1);
     ours && is_ours(d.metadata.name.as_deref().unwrap_or_default())
         && d.metadata.namespace.as_deref() == Some(f.karpenter_namespace.as_str())
-        && f.karpenter_namespace != controller_namespace(d.metadata.name.as_deref().unwrap_or_default())
+        && f.karpenter_namespace
+            != controller_namespace(d.metadata.name.as_deref().unwrap_or_default())
 }
 
 pub(super) fn controllers_schedulable(s: &Snapshot, f: &Facts) -> Check {
@@ -200,10 +201,17 @@ mod tests {
             karpenter_namespace: "karpenter".into(),
             ..Facts::default()
         };
-        let infra = node("infra-1", json!({"node-role.kubernetes.io/infra": ""}), json!([]));
+        let infra = node(
+            "infra-1",
+            json!({"node-role.kubernetes.io/infra": ""}),
+            json!([]),
+        );
         let c = judge(&[old], &[infra], &f);
         assert_eq!(c.status, Status::Warn, "{c:?}");
-        assert!(c.evidence[0].contains("still in Karpenter's namespace"), "{c:?}");
+        assert!(
+            c.evidence[0].contains("still in Karpenter's namespace"),
+            "{c:?}"
+        );
     }
 
     fn judged(nodes: Vec<Node>) -> Check {

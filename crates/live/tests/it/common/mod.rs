@@ -330,7 +330,12 @@ pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
             p.starts_with("rotator/")
                 || [kk_spec::names::ROTATOR, kk_spec::names::CSR_APPROVER]
                     .iter()
-                    .any(|c| *p == format!("namespaces/{}.yaml", kk_spec::names::controller_namespace(c)))
+                    .any(|c| {
+                        *p == format!(
+                            "namespaces/{}.yaml",
+                            kk_spec::names::controller_namespace(c)
+                        )
+                    })
         })
         .collect();
     assert!(
