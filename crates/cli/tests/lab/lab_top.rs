@@ -22,7 +22,10 @@ pub fn snapshot(lab: &Lab) -> Value {
 
 fn unbound_pending(lab: &Lab) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for ns in ["default", "kube-system", "karpenter"] {
+    // Where the lab's pods are: the workloads', kube-system, Karpenter's and our controllers'.
+    let rotator = kk_spec::names::controller_namespace(kk_spec::names::ROTATOR);
+    let approver = kk_spec::names::controller_namespace(kk_spec::names::CSR_APPROVER);
+    for ns in ["default", "kube-system", "karpenter", rotator, approver] {
         for p in lab.pods(ns) {
             let unbound = p.spec.as_ref().is_none_or(|s| s.node_name.is_none());
             // Not bound, phase Pending or no status yet.
