@@ -6,7 +6,9 @@
 //! replicas on the infra workers in a namespace of their own, leader-elected through a Lease in
 //! kube-system (rendered here); RBAC only in kube-system: create and delete Secrets, narrowed
 //! by a ValidatingAdmissionPolicy to its own bootstrap tokens, and get/update of that Lease;
-//! IAM write access to the one store.
+//! IAM write access to the one store. On the host network (instance profile) its namespace must
+//! enforce Pod Security `privileged`, so a second policy holds that namespace's pods to the
+//! rotator's image and account, unprivileged.
 
 use kk_spec::{CredentialSource, ElasticCluster, JoinMode};
 use serde_json::{Value, json};
@@ -91,9 +93,84 @@ fn manifests(cluster: &ElasticCluster, ca: &ClusterCa, store: &str, image: Strin
     objects.extend([
         secret_policy(spec, name, &workload::labels(NAME)),
         workload::policy_binding(NAME),
-        workload::deployment(spec, NAME, "rotator", image, args, env, network),
     ]);
+    if network == workload::Network::Host {
+        // Its namespace must admit the host network, so Pod Security cannot guard it.
+        objects.extend([
+            pod_policy(&image, &workload::labels(NAME)),
+            crate::admission::deny_binding(POD_POLICY, &workload::labels(NAME)),
+        ]);
+    }
+    objects.push(workload::deployment(
+        spec, NAME, "rotator", image, args, env, network,
+    ));
     objects
+}
+
+/// The policy that holds pods in the rotator's namespace to what its namespace's Pod Security
+/// level cannot (it enforces `privileged` for the host network).
+const POD_POLICY: &str = "kubean-karpenter-rotator-pods";
+
+/// Pods in the rotator's namespace, when it runs on the host network: the rotator's image under
+/// its account, and otherwise `restricted` (no host PID or IPC, no hostPath, non-root, no
+/// privilege, no added capability, all dropped, seccomp not Unconfined). Whoever may create pods
+/// there gets the rotator's own program and nothing more.
+fn pod_policy(image: &str, labels: &Value) -> Value {
+    let account = cel::string_literal(NAME);
+    let image = cel::string_literal(image);
+    let container = format!(
+        "c.image == {image} && has(c.securityContext) \
+         && (!has(c.securityContext.privileged) || !c.securityContext.privileged) \
+         && has(c.securityContext.allowPrivilegeEscalation) && !c.securityContext.allowPrivilegeEscalation \
+         && has(c.securityContext.capabilities) && has(c.securityContext.capabilities.drop) \
+         && 'ALL' in c.securityContext.capabilities.drop \
+         && (!has(c.securityContext.capabilities.add) || size(c.securityContext.capabilities.add) == 0) \
+         && (!has(c.securityContext.runAsNonRoot) || c.securityContext.runAsNonRoot) \
+         && (!has(c.securityContext.runAsUser) || c.securityContext.runAsUser != 0) \
+         && (!has(c.securityContext.seccompProfile) || c.securityContext.seccompProfile.type != 'Unconfined')"
+    );
+    let every =
+        |list: &str| format!("!has(object.spec.{list}) || object.spec.{list}.all(c, {container})");
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": { "name": POD_POLICY, "labels": labels },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": names::controller_namespace(NAME) } },
+                "resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"],
+                    "resources": ["pods", "pods/ephemeralcontainers"],
+                    "operations": ["CREATE", "UPDATE"],
+                }],
+            },
+            "validations": [
+                {
+                    "expression": format!("has(object.spec.serviceAccountName) && object.spec.serviceAccountName == {account}"),
+                    "message": format!("only {NAME} runs in its namespace"),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "(!has(object.spec.hostPID) || !object.spec.hostPID) && (!has(object.spec.hostIPC) || !object.spec.hostIPC) \
+                                   && (!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath)))",
+                    "message": "no host PID or IPC namespace and no hostPath volume in the rotator's namespace",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "has(object.spec.securityContext) && has(object.spec.securityContext.runAsNonRoot) && object.spec.securityContext.runAsNonRoot \
+                                   && (!has(object.spec.securityContext.runAsUser) || object.spec.securityContext.runAsUser != 0) \
+                                   && has(object.spec.securityContext.seccompProfile) && object.spec.securityContext.seccompProfile.type == 'RuntimeDefault'",
+                    "message": "the rotator's pod runs as non-root with the RuntimeDefault seccomp profile",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": format!("({}) && ({}) && ({})", every("containers"), every("initContainers"), every("ephemeralContainers")),
+                    "message": format!("every container in the rotator's namespace runs {NAME}'s image, unprivileged, with every capability dropped and none added, as non-root"),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    })
 }
 
 /// The keys kubeadm writes in a token Secret; nothing else may be smuggled in.

@@ -145,3 +145,108 @@ async fn the_rotator_pod_is_admitted_as_restricted_and_every_loosening_is_refuse
     }
     namespaces.delete(&ns, &Default::default()).await.unwrap();
 }
+
+/// With the instance profile the rotator's own namespace enforces `privileged` (the host
+/// network), so Pod Security cannot guard it: the rendered `kubean-karpenter-rotator-pods`
+/// policy does. As the admin (no RBAC limit), in the rendered namespace, each pod someone granted
+/// pod creation there might make is refused by that policy; the rendered pod is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_rotators_privileged_namespace_only_the_rotator_runs_and_unprivileged() {
+    let Some(testbed) = require(&repo(), "rotator namespace pod policy") else {
+        return;
+    };
+    let admin = admin(&testbed).await;
+    install_rotator(&admin).await;
+    let ns = kk_spec::names::controller_namespace(kk_spec::names::ROTATOR);
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    for account in ["kubean-karpenter-rotator", "other"] {
+        let _ = accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({ "metadata": { "name": account } })).unwrap(),
+            )
+            .await;
+    }
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    // The policy takes effect within moments of being applied: wait until it refuses one.
+    let mut probe = rotator_pod(ns);
+    probe["spec"]["serviceAccountName"] = json!("other");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match create(&pods, &probe).await {
+            Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => break,
+            other => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the pod policy never took effect: {other:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+    if let Err(e) = create(&pods, &rotator_pod(ns)).await {
+        panic!("the rendered rotator pod is refused in its own namespace: {e}");
+    }
+    type Edit = fn(&mut Value);
+    let attacks: [(&str, Edit); 9] = [
+        ("another account", |p| {
+            p["spec"]["serviceAccountName"] = json!("other")
+        }),
+        ("another image", |p| {
+            p["spec"]["containers"][0]["image"] = json!(
+                "registry.example/shell:1@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            )
+        }),
+        ("privileged", |p| {
+            let sc = &mut p["spec"]["containers"][0]["securityContext"];
+            sc["privileged"] = json!(true);
+            sc.as_object_mut()
+                .unwrap()
+                .remove("allowPrivilegeEscalation");
+        }),
+        ("a hostPath of the node's root", |p| {
+            p["spec"]["volumes"] = json!([{ "name": "root", "hostPath": { "path": "/" } }]);
+        }),
+        ("the host's PID namespace", |p| {
+            p["spec"]["hostPID"] = json!(true)
+        }),
+        ("run as root", |p| {
+            p["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
+            p["spec"]["securityContext"]["runAsUser"] = json!(0);
+            p["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = json!(false);
+        }),
+        ("add NET_ADMIN", |p| {
+            p["spec"]["containers"][0]["securityContext"]["capabilities"] =
+                json!({ "drop": ["ALL"], "add": ["NET_ADMIN"] });
+        }),
+        ("seccomp unconfined", |p| {
+            p["spec"]["containers"][0]["securityContext"]["seccompProfile"] =
+                json!({ "type": "Unconfined" });
+        }),
+        ("an init container with a shell", |p| {
+            let mut init = p["spec"]["containers"][0].clone();
+            init["name"] = json!("init");
+            init["image"] = json!(
+                "registry.example/shell:1@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            );
+            init.as_object_mut().unwrap().remove("livenessProbe");
+            init.as_object_mut().unwrap().remove("readinessProbe");
+            init.as_object_mut().unwrap().remove("ports");
+            p["spec"]["initContainers"] = json!([init]);
+        }),
+    ];
+    for (what, edit) in attacks {
+        let mut attack = rotator_pod(ns);
+        attack["metadata"]["name"] = json!(format!("attack-{}", unique()));
+        edit(&mut attack);
+        match create(&pods, &attack).await {
+            Err(kube::Error::Api(s))
+                if s.code == 403 && s.message.contains("ValidatingAdmissionPolicy") =>
+            {
+                eprintln!("refused as expected: {what}: {}", s.message);
+            }
+            other => panic!("{what}: expected the rotator pod policy's refusal, got {other:?}"),
+        }
+    }
+    let _ = accounts.delete("other", &Default::default()).await;
+}
