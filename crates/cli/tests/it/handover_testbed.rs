@@ -323,6 +323,32 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         "{stderr}"
     );
 
+    // A move that stopped after deleting the old Deployment (killed there) left the old account
+    // and the Secret's original: the next apply retires them.
+    rt.block_on(old_accounts.create(
+        &Default::default(),
+        &serde_json::from_value(json!({ "metadata": { "name": name, "labels": { "app.kubernetes.io/managed-by": "kubean-karpenter" } } })).unwrap(),
+    ))
+    .unwrap();
+    rt.block_on(secrets_old.create(
+        &Default::default(),
+        &serde_json::from_value(json!({ "metadata": { "name": secret }, "stringData": { "key": "not-printed-7f3a" } })).unwrap(),
+    ))
+    .unwrap();
+    let out = cli(&tb, &["apply", new_file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for says in [
+        format!("handover: moving what is left of {name} from namespace {karpenter} to {name}"),
+        format!("handover: deleted ServiceAccount {karpenter}/{name}"),
+        format!("handover: deleted Secret {karpenter}/{secret} (now in namespace {name})"),
+    ] {
+        assert!(stderr.contains(&says), "should say {says:?}: {stderr}");
+    }
+    assert!(rt.block_on(old_accounts.get_opt(&name)).unwrap().is_none());
+    assert!(rt.block_on(secrets_old.get_opt(&secret)).unwrap().is_none());
+    assert!(rt.block_on(evil_accounts.get_opt(&name)).unwrap().is_some());
+
     // Clean up what is this test's alone.
     for ns in [&name, &karpenter, &evil] {
         let _ = Command::new("kubectl")

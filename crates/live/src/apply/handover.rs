@@ -149,11 +149,13 @@ pub async fn find(
         let params = ListParams::default()
             .fields(&format!("metadata.name={name}"))
             .labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+        let mut running_in: Vec<String> = Vec::new();
         for running in deployments.list(&params).await? {
             let from = running.metadata.namespace.clone().unwrap_or_default();
             if from == to || !is_ours(&running.metadata) {
                 continue;
             }
+            running_in.push(from.clone());
             let bound = lease_bindings
                 .get_opt(&name)
                 .await?
@@ -188,14 +190,13 @@ pub async fn find(
             }
         }
         // An earlier move that stopped after deleting the old Deployment left its account (and
-        // the original of a copied Secret): retire them now. Only where a policy being applied
-        // names the account, as for a move.
+        // the original of a copied Secret): retire them now. Only where no Deployment of that
+        // name runs any more and a policy being applied names the account, as for a move.
         let accounts: Api<ServiceAccount> = Api::all(client.clone());
         for account in accounts.list(&params).await? {
             let from = account.metadata.namespace.clone().unwrap_or_default();
-            let moving = moves.iter().any(|m| m.name == name && m.from == from);
             if from != to
-                && !moving
+                && !running_in.contains(&from)
                 && is_ours(&account.metadata)
                 && constrained(objects, &from, &name)
             {

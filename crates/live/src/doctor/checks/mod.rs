@@ -13,6 +13,7 @@ use super::{Check, Facts, Status};
 
 mod aws;
 mod cluster;
+mod controller_bindings;
 mod controllers;
 mod day_two;
 mod drift;
@@ -58,6 +59,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         join::join_ca_hash(s),
         join::cluster_info_jws(s, f),
         join::bootstrap_rbac(s, f),
+        controller_bindings::controller_bindings(s, f),
         aws::pass_role(s, f),
         aws::api_port(s, f),
         interruption::interruption_queue(s, f),
