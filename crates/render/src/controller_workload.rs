@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::names::{self, INFRA_ROLE_LABEL, MANAGED_BY};
 
-pub(crate) const LEASE_NAMESPACE: &str = "kube-system";
+pub(crate) const LEASE_NAMESPACE: &str = kk_spec::names::CONTROLLER_LEASE_NAMESPACE;
 pub(crate) const METRICS_PORT: u16 = 8080;
 /// On the host network the port is the node's: Karpenter's chart takes 8080 (metrics) and
 /// 8081 (health) there too when it runs on the host network.

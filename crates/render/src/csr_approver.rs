@@ -30,7 +30,7 @@ use crate::{Bundle, RenderError};
 
 /// The approver's service account, Deployment, Lease and policy.
 pub const NAME: &str = kk_spec::names::CSR_APPROVER;
-const CLUSTER_ROLE: &str = "kubean-karpenter:csr-approver";
+const CLUSTER_ROLE: &str = kk_spec::names::CSR_APPROVER_CLUSTER_ROLE;
 /// The policy that keeps the approver's Node deletes to instance-named Nodes.
 const NODE_DELETE_POLICY: &str = "kubean-karpenter-csr-approver-node-deletes";
 /// How long an instance-named Node no NodeClaim names may stay (its NodeClaim is written at

@@ -5,6 +5,13 @@ use crate::{ClusterSpec, JoinMode};
 
 /// Every object we create carries this label, so apply and prune can find our own.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
+
+/// Whether an object's labels carry [`MANAGED_BY`].
+pub fn is_managed(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(MANAGED_BY.0))
+        .is_some_and(|v| v == MANAGED_BY.1)
+}
 /// The group our bootstrap tokens put their holders in (`auth-extra-groups`). It is bound
 /// only to what a join needs, never to kubeadm's CSR auto-approval: our approver signs off
 /// a node-client CSR only for an instance Karpenter launched (docs/join-credentials.md).
@@ -21,6 +28,13 @@ pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
 /// controller's) mounts neither account (finding 8 of issue 47).
 pub const ROTATOR: &str = "kubean-karpenter-rotator";
 pub const CSR_APPROVER: &str = "kubean-karpenter-csr-approver";
+
+/// Where the controllers' Leases, the Roles that renew them (the rotator's holds its Secret
+/// rights too) and their RoleBindings live, named like the controller: kube-system, so that a
+/// controller moved between namespaces keeps one Lease.
+pub const CONTROLLER_LEASE_NAMESPACE: &str = "kube-system";
+/// The ClusterRole (and its binding) holding the CSR approver's rights on CSRs and Nodes.
+pub const CSR_APPROVER_CLUSTER_ROLE: &str = "kubean-karpenter:csr-approver";
 
 /// The namespace of the controller `name` ([`ROTATOR`] or [`CSR_APPROVER`]).
 pub fn controller_namespace(name: &str) -> &str {

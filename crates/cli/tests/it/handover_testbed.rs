@@ -36,6 +36,28 @@ fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The admin's client, with the runtime that drives it.
+fn admin(tb: &kk_live::testbed::Testbed) -> (tokio::runtime::Runtime, kube::Client) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt
+        .block_on(kk_live::make_client(&kk_live::ClientOptions {
+            kubeconfig: Some(tb.kubeconfig.clone()),
+            context: None,
+        }))
+        .unwrap();
+    (rt, client)
+}
+
+/// `kubectl delete ARGS --ignore-not-found`, best effort: clean-up of what a test made.
+fn delete(tb: &kk_live::testbed::Testbed, args: &[&str]) {
+    let _ = Command::new("kubectl")
+        .env("KUBECONFIG", &tb.kubeconfig)
+        .arg("delete")
+        .args(args)
+        .arg("--ignore-not-found")
+        .output();
+}
+
 fn unique() -> String {
     let mut b = [0u8; 3];
     std::fs::File::open("/dev/urandom")
@@ -160,13 +182,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     let old = old_layout(&new, &name, &karpenter);
     let old_file = write(dir.path(), "old.yaml", &old);
     let new_file = write(dir.path(), "new.yaml", &new);
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt
-        .block_on(kk_live::make_client(&kk_live::ClientOptions {
-            kubeconfig: Some(tb.kubeconfig.clone()),
-            context: None,
-        }))
-        .unwrap();
+    let (rt, client) = admin(&tb);
 
     // The install as it was, and the Secret its pods read.
     let out = cli(&tb, &["apply", old_file.to_str().unwrap()]);
@@ -351,40 +367,23 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
 
     // Clean up what is this test's alone.
     for ns in [&name, &karpenter, &evil] {
-        let _ = Command::new("kubectl")
-            .env("KUBECONFIG", &tb.kubeconfig)
-            .args(["delete", "namespace", ns, "--wait=false"])
-            .output();
+        delete(&tb, &["namespace", ns, "--wait=false"]);
     }
-    let _ = Command::new("kubectl")
-        .env("KUBECONFIG", &tb.kubeconfig)
-        .args([
-            "delete",
+    delete(
+        &tb,
+        &[
             "clusterrole,clusterrolebinding",
             &format!("{name}:csr-approver"),
-            "--ignore-not-found",
-        ])
-        .output();
-    let _ = Command::new("kubectl")
-        .env("KUBECONFIG", &tb.kubeconfig)
-        .args([
-            "delete",
+        ],
+    );
+    delete(
+        &tb,
+        &[
             "validatingadmissionpolicy,validatingadmissionpolicybinding",
             &format!("{name}-node-deletes"),
-            "--ignore-not-found",
-        ])
-        .output();
-    let _ = Command::new("kubectl")
-        .env("KUBECONFIG", &tb.kubeconfig)
-        .args([
-            "delete",
-            "-n",
-            "kube-system",
-            "role,rolebinding,lease",
-            &name,
-            "--ignore-not-found",
-        ])
-        .output();
+        ],
+    );
+    delete(&tb, &["-n", "kube-system", "role,rolebinding,lease", &name]);
 }
 
 /// Issue 47 review, F4: a tenant who may create namespaces makes the controller's namespace
@@ -427,20 +426,11 @@ fn apply_refuses_a_controller_namespace_someone_else_made() {
             "{stderr}"
         );
     }
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt
-        .block_on(kk_live::make_client(&kk_live::ClientOptions {
-            kubeconfig: Some(tb.kubeconfig.clone()),
-            context: None,
-        }))
-        .unwrap();
+    let (rt, client) = admin(&tb);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
     assert!(
         rt.block_on(accounts.get_opt(&name)).unwrap().is_none(),
         "no controller account in a namespace someone else made"
     );
-    let _ = Command::new("kubectl")
-        .env("KUBECONFIG", &tb.kubeconfig)
-        .args(["delete", "namespace", &name, "--wait=false"])
-        .output();
+    delete(&tb, &["namespace", &name, "--wait=false"]);
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kk_spec::names::MANAGED_BY;
+use kk_spec::names::{CONTROLLER_LEASE_NAMESPACE as LEASE_NAMESPACE, MANAGED_BY, is_managed};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
@@ -32,8 +32,6 @@ use serde_json::{Value, json};
 /// How long apply waits, by default, for a moved controller's new Deployment to have an
 /// available pod (an image pull on a fresh infra worker takes a minute or two).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-/// Where the controllers' Leases and their bindings live (render's `controller_workload`).
-const LEASE_NAMESPACE: &str = "kube-system";
 /// How long it waits for the old pods to stop: their grace period (30 s) and some.
 const STOP_TIMEOUT: Duration = Duration::from_secs(90);
 const POLL: Duration = Duration::from_secs(2);
@@ -84,13 +82,6 @@ pub enum HandoverError {
         from: String,
         waited: u64,
     },
-}
-
-fn is_ours(meta: &ObjectMeta) -> bool {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY.0))
-        .is_some_and(|v| v == MANAGED_BY.1)
 }
 
 /// Our controllers' shape: a Deployment with our label whose service account is named like it.
@@ -152,7 +143,7 @@ pub async fn find(
         let mut running_in: Vec<String> = Vec::new();
         for running in deployments.list(&params).await? {
             let from = running.metadata.namespace.clone().unwrap_or_default();
-            if from == to || !is_ours(&running.metadata) {
+            if from == to || !is_managed(running.metadata.labels.as_ref()) {
                 continue;
             }
             running_in.push(from.clone());
@@ -197,7 +188,7 @@ pub async fn find(
             let from = account.metadata.namespace.clone().unwrap_or_default();
             if from != to
                 && !running_in.contains(&from)
-                && is_ours(&account.metadata)
+                && is_managed(account.metadata.labels.as_ref())
                 && constrained(objects, &from, &name)
             {
                 moves.push(Move {
@@ -405,7 +396,7 @@ pub async fn retire(
     for m in moves {
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &m.from);
         if let Some(account) = accounts.get_opt(&m.name).await?
-            && is_ours(&account.metadata)
+            && is_managed(account.metadata.labels.as_ref())
         {
             accounts.delete(&m.name, &DeleteParams::default()).await?;
             progress(format!(

@@ -342,7 +342,7 @@ pub async fn diff_all(
 }
 
 /// The label every rendered object carries; `--prune` deletes only objects with it.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kubean-karpenter");
+pub use kk_spec::names::MANAGED_BY;
 
 /// Where `apply` records what it applied for one cluster (kube-system, one ConfigMap per
 /// cluster name), so that `--prune` deletes only objects this cluster's applies created — never
@@ -454,13 +454,7 @@ pub async fn prune_candidates(
         let Some(live) = api.get_opt(name).await.map_err(ApplyError::Unreachable)? else {
             continue;
         };
-        let ours = live
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(MANAGED_BY.0))
-            .is_some_and(|v| v == MANAGED_BY.1);
-        if !ours {
+        if !kk_spec::names::is_managed(live.metadata.labels.as_ref()) {
             continue;
         }
         let l = match &ns {

@@ -389,16 +389,10 @@ async fn foreign_namespaces(
         let Some(name) = v["metadata"]["name"].as_str().filter(|_| owned) else {
             continue;
         };
-        if let Some(live) = api.get_opt(name).await? {
-            let ours = live
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANAGED_BY.0))
-                .is_some_and(|v| v == MANAGED_BY.1);
-            if !ours {
-                foreign.push(name.to_owned());
-            }
+        if let Some(live) = api.get_opt(name).await?
+            && !kk_spec::names::is_managed(live.metadata.labels.as_ref())
+        {
+            foreign.push(name.to_owned());
         }
     }
     Ok(foreign)

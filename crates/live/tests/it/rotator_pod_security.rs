@@ -30,6 +30,22 @@ fn rotator_pod(namespace: &str) -> Value {
     })
 }
 
+/// Loosenings both tests try.
+fn run_as_root(p: &mut Value) {
+    p["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
+    p["spec"]["securityContext"]["runAsUser"] = json!(0);
+    p["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = json!(false);
+}
+
+fn privileged(p: &mut Value) {
+    // (privileged with allowPrivilegeEscalation=false is invalid before admission)
+    let sc = &mut p["spec"]["containers"][0]["securityContext"];
+    sc["privileged"] = json!(true);
+    sc.as_object_mut()
+        .unwrap()
+        .remove("allowPrivilegeEscalation");
+}
+
 async fn create(pods: &Api<Pod>, pod: &Value) -> Result<Pod, kube::Error> {
     let dry = PostParams {
         dry_run: true,
@@ -98,11 +114,7 @@ async fn the_rotator_pod_is_admitted_as_restricted_and_every_loosening_is_refuse
 
     type Edit = fn(&mut Value);
     let attacks: [(&str, Edit); 6] = [
-        ("run as root", |p| {
-            p["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
-            p["spec"]["securityContext"]["runAsUser"] = json!(0);
-            p["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = json!(false);
-        }),
+        ("run as root", run_as_root),
         ("keep NET_RAW", |p| {
             p["spec"]["containers"][0]["securityContext"]["capabilities"] =
                 json!({ "drop": ["ALL"], "add": ["NET_RAW"] });
@@ -121,14 +133,7 @@ async fn the_rotator_pod_is_admitted_as_restricted_and_every_loosening_is_refuse
                 .unwrap();
             container_sc.remove("seccompProfile");
         }),
-        ("privileged", |p| {
-            // (privileged with allowPrivilegeEscalation=false is invalid before admission)
-            let sc = &mut p["spec"]["containers"][0]["securityContext"];
-            sc["privileged"] = json!(true);
-            sc.as_object_mut()
-                .unwrap()
-                .remove("allowPrivilegeEscalation");
-        }),
+        ("privileged", privileged),
     ];
     for (what, edit) in attacks {
         let mut attack = rotator_pod(&ns);
@@ -197,24 +202,14 @@ async fn in_the_rotators_privileged_namespace_only_the_rotator_runs_and_unprivil
                 "registry.example/shell:1@sha256:0000000000000000000000000000000000000000000000000000000000000000"
             )
         }),
-        ("privileged", |p| {
-            let sc = &mut p["spec"]["containers"][0]["securityContext"];
-            sc["privileged"] = json!(true);
-            sc.as_object_mut()
-                .unwrap()
-                .remove("allowPrivilegeEscalation");
-        }),
+        ("privileged", privileged),
         ("a hostPath of the node's root", |p| {
             p["spec"]["volumes"] = json!([{ "name": "root", "hostPath": { "path": "/" } }]);
         }),
         ("the host's PID namespace", |p| {
             p["spec"]["hostPID"] = json!(true)
         }),
-        ("run as root", |p| {
-            p["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
-            p["spec"]["securityContext"]["runAsUser"] = json!(0);
-            p["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = json!(false);
-        }),
+        ("run as root", run_as_root),
         ("add NET_ADMIN", |p| {
             p["spec"]["containers"][0]["securityContext"]["capabilities"] =
                 json!({ "drop": ["ALL"], "add": ["NET_ADMIN"] });

@@ -4,25 +4,22 @@
 //! those roles acts with the rights and none of the narrowing: the rotator's Role can then mint
 //! a service-account token in kube-system.
 
-use kk_spec::names::{CSR_APPROVER, ROTATOR, controller_namespace};
+use kk_spec::names::{
+    CONTROLLER_LEASE_NAMESPACE, CSR_APPROVER, CSR_APPROVER_CLUSTER_ROLE, ROTATOR,
+    controller_namespace,
+};
 
 use super::check;
 use crate::doctor::gather::{Binding, Rbac, Snapshot};
 use crate::doctor::{Check, Facts, Status};
 
-/// The ClusterRole the approver's CSR rights are in (render's `csr_approver::CLUSTER_ROLE`).
-const APPROVER_CLUSTER_ROLE: &str = "kubean-karpenter:csr-approver";
-
 /// Our roles a binding may point at, and the controller that owns each.
 fn owner(binding: &Binding) -> Option<&'static str> {
-    match (
-        binding.role_kind.as_str(),
-        binding.role.as_str(),
-        binding.namespace.as_deref(),
-    ) {
-        ("ClusterRole", APPROVER_CLUSTER_ROLE, _) => Some(CSR_APPROVER),
-        ("Role", ROTATOR, Some("kube-system")) => Some(ROTATOR),
-        ("Role", CSR_APPROVER, Some("kube-system")) => Some(CSR_APPROVER),
+    let in_lease_namespace = binding.namespace.as_deref() == Some(CONTROLLER_LEASE_NAMESPACE);
+    match (binding.role_kind.as_str(), binding.role.as_str()) {
+        ("ClusterRole", CSR_APPROVER_CLUSTER_ROLE) => Some(CSR_APPROVER),
+        ("Role", ROTATOR) if in_lease_namespace => Some(ROTATOR),
+        ("Role", CSR_APPROVER) if in_lease_namespace => Some(CSR_APPROVER),
         _ => None,
     }
 }

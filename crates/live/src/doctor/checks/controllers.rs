@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kk_karpenter::taint::{Effect, Taint};
-use kk_spec::names::{CSR_APPROVER, MANAGED_BY, ROTATOR, controller_namespace};
+use kk_spec::names::{CSR_APPROVER, ROTATOR, controller_namespace, is_managed};
 
 use super::placement::{self, Labels};
 use super::{check, name_of};
@@ -45,33 +45,32 @@ fn hard_taints(n: &Node) -> Vec<Taint> {
 /// Our controllers, in their own namespaces (verify's workloads carry our label too, but run
 /// elsewhere), and Karpenter (its chart's name label, in its namespace).
 fn is_controller(d: &Deployment, f: &Facts) -> bool {
-    let labels = d.metadata.labels.as_ref();
-    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     let namespace = d.metadata.namespace.as_deref();
-    let ours = label(MANAGED_BY.0) == Some(MANAGED_BY.1);
-    let name = d.metadata.name.as_deref().unwrap_or_default();
-    (ours && is_ours(name) && namespace == Some(controller_namespace(name)))
+    let karpenters = d
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/name"))
+        .is_some_and(|n| n == "karpenter");
+    our_controller(d).is_some_and(|name| namespace == Some(controller_namespace(name)))
         || (namespace == Some(f.karpenter_namespace.as_str())
-            && (is_left_behind(d, f) || label("app.kubernetes.io/name") == Some("karpenter")))
+            && (is_left_behind(d, f) || karpenters))
 }
 
-fn is_ours(name: &str) -> bool {
-    name == ROTATOR || name == CSR_APPROVER
+/// The name of the controller of ours `d` is: the rotator or the CSR approver, with our label.
+fn our_controller(d: &Deployment) -> Option<&str> {
+    let name = d.metadata.name.as_deref()?;
+    (is_managed(d.metadata.labels.as_ref()) && (name == ROTATOR || name == CSR_APPROVER))
+        .then_some(name)
 }
 
 /// One of our controllers still in Karpenter's namespace, where an install before their own
 /// namespaces put them: whoever may create pods there can mount its account.
 fn is_left_behind(d: &Deployment, f: &Facts) -> bool {
-    let ours = d
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(MANAGED_BY.0))
-        .is_some_and(|v| v == MANAGED_BY.1);
-    ours && is_ours(d.metadata.name.as_deref().unwrap_or_default())
-        && d.metadata.namespace.as_deref() == Some(f.karpenter_namespace.as_str())
-        && f.karpenter_namespace
-            != controller_namespace(d.metadata.name.as_deref().unwrap_or_default())
+    our_controller(d).is_some_and(|name| {
+        d.metadata.namespace.as_deref() == Some(f.karpenter_namespace.as_str())
+            && f.karpenter_namespace != controller_namespace(name)
+    })
 }
 
 pub(super) fn controllers_schedulable(s: &Snapshot, f: &Facts) -> Check {
