@@ -1,11 +1,13 @@
 //! `gpu.stack: operator`: the NVIDIA GPU Operator's Helm values instead of the bare device
 //! plugin, its namespace, and the device plugin configs it picks per node.
 //!
-//! Values keys as NVIDIA/gpu-operator v25.10.1 `deployments/gpu-operator/values.yaml` and
-//! `templates/clusterpolicy.yaml` define them:
+//! Values keys as NVIDIA/gpu-operator `deployments/gpu-operator/values.yaml` and
+//! `templates/clusterpolicy.yaml` define them, the same in every release the versions table
+//! lists (v25.10.1, v26.3.3, v26.7.0):
 //! - `driver` and `toolkit` off: the GPU AMIs bake the driver and the NVIDIA container runtime
 //!   in (the userData checks both and makes `nvidia` containerd's runtime before joining);
-//! - `devicePlugin`, `gfd` (GPU feature discovery) and `dcgmExporter` on; `migManager` off: the
+//! - `devicePlugin`, `gfd` (GPU feature discovery) and `dcgmExporter` on (its ServiceMonitor
+//!   only under `monitoring.prometheusOperator`); `migManager` off: the
 //!   spec configures no MIG, and a MIG manager would repartition p4d/p5 GPUs behind it;
 //! - `daemonsets.tolerations`: the operator replaces every operand DaemonSet's tolerations
 //!   with this list, so they tolerate exactly the GPU pools' taints, as our device plugin does;
@@ -99,6 +101,16 @@ fn config_map(spec: &ClusterSpec) -> Option<Value> {
     }))
 }
 
+/// The DCGM exporter's ServiceMonitor where the spec says the Prometheus Operator runs, with the
+/// labels its Prometheus selects monitors by; off elsewhere (v26.7.0 turned it on by default,
+/// and a cluster without the CRD would only log that it skipped it).
+fn dcgm_service_monitor(spec: &ClusterSpec) -> Value {
+    match spec.monitoring.as_ref().filter(|m| m.prometheus_operator) {
+        Some(monitoring) => json!({ "enabled": true, "additionalLabels": monitoring.labels }),
+        None => json!({ "enabled": false }),
+    }
+}
+
 fn values(spec: &ClusterSpec, shared: bool) -> Value {
     let tolerations = gpu_tolerations(spec);
     let mut device_plugin = json!({ "enabled": true });
@@ -111,7 +123,7 @@ fn values(spec: &ClusterSpec, shared: bool) -> Value {
         "toolkit": { "enabled": false },
         "devicePlugin": device_plugin,
         "gfd": { "enabled": true },
-        "dcgmExporter": { "enabled": true },
+        "dcgmExporter": { "enabled": true, "serviceMonitor": dcgm_service_monitor(spec) },
         "migManager": { "enabled": false },
         "daemonsets": { "tolerations": tolerations },
         "node-feature-discovery": {
@@ -135,7 +147,11 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
             std::slice::from_ref(config),
         )?;
     }
-    bundle.add_release(crate::helm::gpu_operator(), values(spec, config.is_some()))
+    let version = kk_spec::images::chart_release(spec, versions::GPU_OPERATOR);
+    bundle.add_release(
+        crate::helm::gpu_operator(version),
+        values(spec, config.is_some()),
+    )
 }
 
 #[cfg(test)]
@@ -219,23 +235,47 @@ mod tests {
         // The operator joins repository/image:version.
         assert_eq!(v["devicePlugin"]["repository"], "mirror.local:5000/nvidia");
         assert_eq!(v["devicePlugin"]["image"], "k8s-device-plugin");
-        assert_eq!(v["devicePlugin"]["version"], "v0.18.1");
+        assert_eq!(v["devicePlugin"]["version"], "v0.20.0");
         assert_eq!(v["devicePlugin"]["enabled"], true);
-        assert_eq!(v["operator"]["initContainer"]["image"], "cuda");
+        // v26.x has no CUDA init container; v25.10.1 pulled one, and a pin brings it back.
+        assert!(v["operator"].get("initContainer").is_none());
         assert_eq!(
             v["dcgmExporter"]["version"],
-            format!("4.4.2-4.7.0-distroless@{digest}")
+            format!("4.6.0-4.8.3-distroless@{digest}")
         );
         // Node Feature Discovery's subchart reads repository:tag.
         assert_eq!(
             v["node-feature-discovery"]["image"]["repository"],
             "mirror.local:5000/nfd/node-feature-discovery"
         );
-        assert_eq!(v["node-feature-discovery"]["image"]["tag"], "v0.18.2");
+        assert_eq!(v["node-feature-discovery"]["image"]["tag"], "v0.19.0");
         assert!(
             v["node-feature-discovery"]["worker"]
                 .get("nodeSelector")
                 .is_some()
+        );
+        spec.gpu.as_mut().unwrap().operator_version = Some("v25.10.1".into());
+        let v = values(&spec, false);
+        assert_eq!(v["devicePlugin"]["version"], "v0.18.1");
+        assert_eq!(v["operator"]["initContainer"]["image"], "cuda");
+        assert_eq!(v["node-feature-discovery"]["image"]["tag"], "v0.18.2");
+    }
+
+    #[test]
+    fn the_dcgm_service_monitor_follows_the_prometheus_operator() {
+        let mut spec = spec("operator");
+        assert_eq!(
+            values(&spec, false)["dcgmExporter"]["serviceMonitor"],
+            json!({"enabled": false})
+        );
+        spec.monitoring = Some(kk_spec::Monitoring {
+            prometheus_operator: true,
+            labels: [("release".to_owned(), "kps".to_owned())].into(),
+            gpu_initialized_within_minutes: 15,
+        });
+        assert_eq!(
+            values(&spec, false)["dcgmExporter"]["serviceMonitor"],
+            json!({"enabled": true, "additionalLabels": {"release": "kps"}})
         );
     }
 }

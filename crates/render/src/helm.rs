@@ -87,16 +87,16 @@ pub fn karpenter(cluster: &ElasticCluster) -> HelmRelease {
     }
 }
 
-/// The NVIDIA GPU Operator (`gpu.stack: operator`, step 7): the table's chart version, in its
-/// own namespace, which `namespaces/` creates.
-pub fn gpu_operator() -> HelmRelease {
+/// The NVIDIA GPU Operator (`gpu.stack: operator`, step 7): `gpu.operatorVersion`, else the
+/// table's chart version, in its own namespace, which `namespaces/` creates.
+pub fn gpu_operator(version: &str) -> HelmRelease {
     let chart = versions::component(versions::GPU_OPERATOR).chart.as_ref();
     HelmRelease {
         name: "gpu-operator".into(),
         namespace: crate::gpu_operator::NAMESPACE.into(),
         chart: chart.map_or("gpu-operator", |c| c.name.as_str()).into(),
         repo: chart.map(|c| c.repository.clone()),
-        version: versions::default_version(versions::GPU_OPERATOR).into(),
+        version: version.into(),
         values_file: GPU_OPERATOR_VALUES.into(),
         create_namespace: false,
     }
@@ -106,7 +106,7 @@ pub fn gpu_operator() -> HelmRelease {
 /// chart's values, in the form the chart reads. A digest rides in the tag (`v1.64.0@sha256:…`):
 /// every chart here joins `repository:tag` (or `repository/image:version`) as written.
 pub(crate) fn image_overrides(spec: &ClusterSpec, chart: &str, values: &mut Value) {
-    for (key, table) in images::chart_images(chart) {
+    for (key, table) in images::chart_images(spec, chart) {
         if !spec.images.contains_key(&key) && spec.registry.is_none() {
             continue;
         }

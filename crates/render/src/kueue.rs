@@ -1,4 +1,4 @@
-//! `kueue/`: job queues for the GPU pools that ask for one (`queue`), as Kueue v0.17.0
+//! `kueue/`: job queues for the GPU pools that ask for one (`queue`), as Kueue v0.19.2
 //! (`kueue.x-k8s.io/v1beta2`) objects: a ResourceFlavor for the pool's nodes, a ClusterQueue
 //! whose quota is the pool's limits, and a LocalQueue in each namespace named. Training jobs
 //! then wait in the queue instead of sitting Pending past the pool's limit.
@@ -14,7 +14,7 @@ use crate::{Bundle, RenderError};
 
 pub const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 /// The Kueue release whose CRDs the objects are checked against.
-pub const KUEUE_VERSION: &str = "v0.17.0";
+pub const KUEUE_VERSION: &str = "v0.19.2";
 
 fn labels() -> Value {
     json!({ MANAGED_BY.0: MANAGED_BY.1 })

@@ -559,6 +559,8 @@ pub fn plan(
         }
     }
 
+    steps.extend(gpu_operator_steps(spec));
+
     let notes = vec![
         format!(
             "Durations: one drift command per ~{DRIFT_LOOP_SECONDS} s disruption loop, each \
@@ -585,6 +587,65 @@ pub fn plan(
         replace_seconds: request.replace_seconds,
         notes,
     })
+}
+
+/// The GPU Operator's release lines between the spec's pin and the versions table's default, one
+/// step each: NVIDIA supports upgrades only within a release line or to the next one, so a pin
+/// two lines behind takes two applies. No steps without `stack: operator` or a pin behind.
+pub fn gpu_operator_steps(spec: &kk_spec::ClusterSpec) -> Vec<Step> {
+    use kk_spec::versions;
+    let Some(gpu) = spec
+        .gpu
+        .as_ref()
+        .filter(|g| g.stack == kk_spec::GpuSoftware::Operator)
+    else {
+        return Vec::new();
+    };
+    let operator = versions::component(versions::GPU_OPERATOR);
+    let target = versions::default_version(versions::GPU_OPERATOR);
+    let Ok(path) = operator.line_by_line_path(gpu.operator_release(), target) else {
+        return Vec::new();
+    };
+    let mut from = gpu.operator_release().to_owned();
+    let mut steps = Vec::new();
+    for release in path {
+        let standing = release
+            .support
+            .map(|s| format!(" (NVIDIA: {})", s.as_str()))
+            .unwrap_or_default();
+        steps.push(Step {
+            title: format!("GPU Operator {from} -> {}{standing}", release.version),
+            changes: vec![format!(
+                "the gpu-operator Helm release in the `{}` namespace: chart {}, its operand \
+                 images (`kubean-karpenter versions` lists them)",
+                crate::gpu_operator::NAMESPACE,
+                release.version
+            )],
+            safe_because: vec![
+                format!(
+                    "{} is the next release line after {from}: NVIDIA supports upgrades only \
+                     within a line or to the next one",
+                    release.version
+                ),
+                "the operands restart node by node (RollingUpdate); running GPU pods keep their \
+                 devices"
+                    .into(),
+            ],
+            commands: vec![
+                format!("set spec.gpu.operatorVersion: {} in SPEC", release.version),
+                "kubean-karpenter render SPEC -o bundle --force && kubean-karpenter apply SPEC"
+                    .into(),
+                format!(
+                    "kubectl -n {} get clusterpolicies.nvidia.com cluster-policy \
+                     -o jsonpath='{{.status.state}}'   # ready before the next step",
+                    crate::gpu_operator::NAMESPACE
+                ),
+            ],
+            drift: Vec::new(),
+        });
+        from = release.version.clone();
+    }
+    steps
 }
 
 /// The plan as text, one numbered step at a time.

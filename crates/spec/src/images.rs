@@ -49,19 +49,46 @@ pub fn overridable_keys() -> Vec<String> {
 /// The charts whose images `spec.images` can override one by one (`chart/image` keys).
 const CHARTS_WITH_IMAGES: [&str; 2] = [versions::EBS_CSI_DRIVER, versions::GPU_OPERATOR];
 
-/// `aws-ebs-csi-driver/csi-provisioner` → the chart image of the table's default chart release.
+/// `aws-ebs-csi-driver/csi-provisioner` → that chart image as the newest release of the table
+/// that pulls it describes it (a key stays overridable while any known release pulls it).
 pub fn chart_image(key: &str) -> Option<versions::ChartImage> {
     let (chart, _) = key.split_once('/')?;
-    chart_images(chart)
-        .find(|(k, _)| k == key)
-        .map(|(_, image)| image)
+    if !CHARTS_WITH_IMAGES.contains(&chart) {
+        return None;
+    }
+    let name = &key[chart.len() + 1..];
+    versions::component(chart)
+        .releases
+        .iter()
+        .rev()
+        .flat_map(|r| r.images.iter())
+        .find(|image| image.name == name)
+        .cloned()
 }
 
-/// The images of `chart`'s default release, each with its `chart/image` key.
-pub fn chart_images(chart: &str) -> impl Iterator<Item = (String, versions::ChartImage)> {
+/// The release of `chart` the spec installs: the GPU Operator's pin, else the table's default.
+pub fn chart_release<'a>(spec: &'a ClusterSpec, chart: &str) -> &'a str {
+    match (chart, &spec.gpu) {
+        (versions::GPU_OPERATOR, Some(gpu)) => gpu.operator_release(),
+        _ => versions::default_version(chart),
+    }
+}
+
+/// The images the spec's release of `chart` pulls, each with its `chart/image` key.
+pub fn chart_images(
+    spec: &ClusterSpec,
+    chart: &str,
+) -> impl Iterator<Item = (String, versions::ChartImage)> {
+    release_images(chart, chart_release(spec, chart))
+}
+
+fn release_images(
+    chart: &str,
+    version: &str,
+) -> impl Iterator<Item = (String, versions::ChartImage)> {
     let images = CHARTS_WITH_IMAGES
         .contains(&chart)
-        .then(|| versions::component(chart).default_release())
+        .then(|| versions::component(chart).release(version))
         .flatten()
         .map(|r| r.images.clone())
         .unwrap_or_default();
@@ -71,8 +98,18 @@ pub fn chart_images(chart: &str) -> impl Iterator<Item = (String, versions::Char
         .map(move |image| (format!("{chart}/{}", image.name), image))
 }
 
+/// Every `chart/image` key any known release pulls, once each.
 fn all_chart_images() -> impl Iterator<Item = (String, versions::ChartImage)> {
-    CHARTS_WITH_IMAGES.into_iter().flat_map(chart_images)
+    let mut seen = std::collections::BTreeSet::new();
+    CHARTS_WITH_IMAGES
+        .into_iter()
+        .flat_map(|chart| {
+            versions::component(chart)
+                .releases
+                .iter()
+                .flat_map(move |r| release_images(chart, &r.version))
+        })
+        .filter(move |(key, _)| seen.insert(key.clone()))
 }
 
 /// One image as the bundle pulls it.
@@ -208,9 +245,12 @@ pub fn resolve(spec: &ClusterSpec, key: &str) -> ResolvedImage {
             (used_by.to_owned(), table_image(c), tag, Some(c))
         }
         _ => {
-            let image =
-                chart_image(key).unwrap_or_else(|| panic!("not an overridable image: {key}"));
             let chart = key.split_once('/').map_or(key, |(chart, _)| chart);
+            let image = chart_images(spec, chart)
+                .find(|(k, _)| k == key)
+                .map(|(_, image)| image)
+                .or_else(|| chart_image(key))
+                .unwrap_or_else(|| panic!("not an overridable image: {key}"));
             (
                 format!("helm: {chart} ({})", image.values),
                 image.repository,
@@ -275,7 +315,7 @@ pub fn bundle_images(spec: &ClusterSpec) -> Vec<ResolvedImage> {
         &spec.kubean.spray_job_image,
     )];
     out.push(resolve(spec, versions::CLOUD_CONTROLLER_MANAGER));
-    out.extend(chart_images(versions::EBS_CSI_DRIVER).map(|(key, _)| resolve(spec, &key)));
+    out.extend(chart_images(spec, versions::EBS_CSI_DRIVER).map(|(key, _)| resolve(spec, &key)));
     out.push(resolve(spec, versions::KARPENTER));
     if let Some(auth) = &spec.iam_authenticator {
         out.push(split_reference(
@@ -303,7 +343,9 @@ pub fn bundle_images(spec: &ClusterSpec) -> Vec<ResolvedImage> {
             .as_ref()
             .is_some_and(|g| g.stack == GpuSoftware::Operator);
         if operator {
-            out.extend(chart_images(versions::GPU_OPERATOR).map(|(key, _)| resolve(spec, &key)));
+            out.extend(
+                chart_images(spec, versions::GPU_OPERATOR).map(|(key, _)| resolve(spec, &key)),
+            );
         } else {
             out.push(resolve(spec, versions::DEVICE_PLUGIN));
         }

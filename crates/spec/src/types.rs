@@ -520,6 +520,19 @@ pub struct GpuStack {
     /// What advertises the GPUs: our bare device plugin DaemonSet, or the NVIDIA GPU Operator.
     #[serde(default)]
     pub stack: GpuSoftware,
+    /// The GPU Operator chart release under `stack: operator` (`v26.7.0`); the versions table's
+    /// default when unset. Pinned to step through NVIDIA's one-line-at-a-time upgrades.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_version: Option<String>,
+}
+
+impl GpuStack {
+    /// The GPU Operator release render installs: the pin, else the versions table's default.
+    pub fn operator_release(&self) -> &str {
+        self.operator_version
+            .as_deref()
+            .unwrap_or_else(|| crate::versions::default_version(crate::versions::GPU_OPERATOR))
+    }
 }
 
 /// `gpu.stack`: which NVIDIA software runs on the GPU nodes.

@@ -68,6 +68,29 @@ pub struct Release {
     /// What a chart pulls at this version.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ChartImage>,
+    /// Where the vendor publishes support lines (the GPU Operator): this release's line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub support: Option<Support>,
+}
+
+/// A release line's standing on the vendor's support page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Support {
+    Supported,
+    /// Still runs, no longer the line to be on: fixes go to the newer line.
+    Deprecated,
+    EndOfSupport,
+}
+
+impl Support {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Support::Supported => "supported",
+            Support::Deprecated => "deprecated",
+            Support::EndOfSupport => "end of support",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,6 +215,54 @@ impl Component {
             .map(|(_, r)| r)
     }
 
+    /// The releases to install one after the other to move from `from` to `to` when upstream
+    /// supports upgrades only to the next release line (`major.minor`; the GPU Operator's
+    /// 25.10 -> 26.3 -> 26.7): the newest known release of each line after `from`'s, ending
+    /// at `to` itself. Empty when `from` is `to`; an error for an unknown `to` or a downgrade.
+    /// `from` may be a release the table does not list (what a cluster runs).
+    pub fn line_by_line_path(&self, from: &str, to: &str) -> Result<Vec<&Release>, String> {
+        let from_v =
+            SemVer::parse(from).ok_or_else(|| format!("{from} is not a version like v26.7.0"))?;
+        let to_release = self.release(to).ok_or_else(|| {
+            format!(
+                "{to} is not a known {} release ({})",
+                self.name,
+                self.known()
+            )
+        })?;
+        let to_v = SemVer::parse(&to_release.version)
+            .ok_or_else(|| format!("{to} is not a version like v26.7.0"))?;
+        if to_v < from_v {
+            return Err(format!(
+                "{to} is older than {from}: a downgrade, not an upgrade"
+            ));
+        }
+        let line = |v: SemVer| (v.major, v.minor);
+        let mut lines: Vec<(u32, u32)> = self
+            .releases
+            .iter()
+            .filter_map(|r| SemVer::parse(&r.version))
+            .map(line)
+            .filter(|l| *l > line(from_v) && *l < line(to_v))
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        let mut path: Vec<&Release> = lines
+            .into_iter()
+            .filter_map(|(major, minor)| self.newest_patch(&format!("{major}.{minor}.0")))
+            .collect();
+        if to_v != from_v {
+            path.push(to_release);
+        }
+        Ok(path)
+    }
+
+    /// The known versions, for messages.
+    pub fn known(&self) -> String {
+        let versions: Vec<&str> = self.releases.iter().map(|r| r.version.as_str()).collect();
+        format!("known: {}", versions.join(", "))
+    }
+
     /// `repository:tag` of a release of an image component.
     pub fn image_reference(&self, version: &str) -> Option<String> {
         Some(format!("{}:{version}", self.image.as_ref()?))
@@ -307,11 +378,47 @@ mod tests {
         assert_eq!(karpenter.newest_patch("1.14.1").unwrap().version, "1.14.3");
         assert_eq!(karpenter.newest().unwrap().version, "1.15.2");
         assert_eq!(default_version(DEVICE_PLUGIN), "v0.20.0");
+        assert_eq!(
+            component(GPU_OPERATOR).default_release().unwrap().support,
+            Some(Support::Supported),
+            "render pins a supported GPU Operator line"
+        );
         assert_eq!(default_version(EBS_CSI_DRIVER), "2.64.0");
         let range = parse_range("1.29-1.36").unwrap();
         assert!(range.contains(29) && range.contains(36) && !range.contains(37));
         assert!(parse_range("1.17+").unwrap().contains(99));
         assert!(parse_range("1.36-1.29").is_none());
         assert_eq!(SemVer::parse("vectoradd-cuda12.5.0"), None);
+    }
+
+    #[test]
+    fn the_gpu_operator_moves_one_release_line_at_a_time() {
+        let operator = component(GPU_OPERATOR);
+        let path = |from, to| {
+            operator.line_by_line_path(from, to).map(|p| {
+                p.iter()
+                    .map(|r| r.version.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        };
+        assert_eq!(path("v25.10.1", "v26.7.0").unwrap(), "v26.3.3 v26.7.0");
+        assert_eq!(path("v26.3.3", "v26.7.0").unwrap(), "v26.7.0");
+        assert_eq!(path("v26.7.0", "v26.7.0").unwrap(), "");
+        assert!(
+            path("v26.7.0", "v25.10.1")
+                .unwrap_err()
+                .contains("downgrade")
+        );
+        assert!(
+            path("v26.7.0", "v27.1.0")
+                .unwrap_err()
+                .contains("known: v25.10.1")
+        );
+        // What a cluster runs need not be in the table: a 25.3 install goes through 25.10.
+        assert_eq!(
+            path("v25.3.4", "v26.7.0").unwrap(),
+            "v25.10.1 v26.3.3 v26.7.0"
+        );
     }
 }

@@ -19,6 +19,7 @@ mod discover_testbed;
 mod disrupt_testbed;
 mod doctor_drift_testbed;
 mod fuzz_corpus;
+mod gpu_operator_testbed;
 mod handover_testbed;
 mod kubeconfig_testbed;
 mod kueue_testbed;

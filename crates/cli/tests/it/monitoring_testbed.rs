@@ -91,7 +91,7 @@ fn the_rendered_monitoring_objects_pass_the_operators_crds_on_a_real_apiserver()
 const KARPENTER_MODULE: &str = "github.com/aws/karpenter-provider-aws@v1.15.2";
 
 /// helm, built by `testbed/lab build-helm` (a wrapper module in testbed/tools/helm, cached).
-fn helm(test: &str) -> Option<PathBuf> {
+pub(crate) fn helm(test: &str) -> Option<PathBuf> {
     let out = std::process::Command::new(repo().join("testbed/lab"))
         .arg("build-helm")
         .output()

@@ -78,6 +78,70 @@ fn installed(
     )))
 }
 
+/// Refuses, before anything is applied, a GPU Operator upgrade that skips a release line: NVIDIA
+/// supports upgrades only within a line or to the next one, so a cluster on v25.10.x goes to
+/// v26.3.x before v26.7.x (`gpu.operatorVersion` pins each step). No helm, no check: the
+/// install step says so itself.
+pub fn preflight(
+    bundle: &Bundle,
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(), HelmError> {
+    let Some(release) = bundle
+        .helm_releases()
+        .iter()
+        .find(|r| r.name == "gpu-operator")
+    else {
+        return Ok(());
+    };
+    let helm = std::env::var("KK_HELM").unwrap_or_else(|_| "helm".into());
+    let found = Command::new(&helm).arg("version").arg("--short").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    let Some((chart, _)) = installed(&helm, release, &kube_args(kubeconfig, context))? else {
+        return Ok(());
+    };
+    let Some(running) = chart.strip_prefix(&format!("{}-", release.chart)) else {
+        return Ok(());
+    };
+    let operator = kk_spec::versions::component(kk_spec::versions::GPU_OPERATOR);
+    let refuse = |why: String| {
+        HelmError(format!(
+            "gpu-operator in {}: the cluster runs chart {running}, the bundle installs {}: {why}; \
+             nothing applied",
+            release.namespace, release.version
+        ))
+    };
+    match operator.line_by_line_path(running, &release.version) {
+        Ok(path) if path.len() > 1 => {
+            let steps: Vec<&str> = path.iter().map(|r| r.version.as_str()).collect();
+            Err(refuse(format!(
+                "NVIDIA supports upgrades only to the next release line; set \
+                 spec.gpu.operatorVersion to each of {} in turn, applying each \
+                 (`kubean-karpenter upgrade plan` prints the steps)",
+                steps.join(", ")
+            )))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.contains("downgrade") => Err(refuse(format!(
+            "{e}; NVIDIA does not support going back: pin spec.gpu.operatorVersion: {running}"
+        ))),
+        Err(e) => Err(refuse(e)),
+    }
+}
+
+fn kube_args(kubeconfig: Option<&Path>, context: Option<&str>) -> Vec<String> {
+    let mut kube = Vec::new();
+    if let Some(k) = kubeconfig {
+        kube.extend(["--kubeconfig".to_owned(), k.display().to_string()]);
+    }
+    if let Some(c) = context {
+        kube.extend(["--kube-context".to_owned(), c.to_owned()]);
+    }
+    kube
+}
+
 /// Installs or upgrades each of the bundle's releases in order, in the cluster `kubeconfig`
 /// and `context` name; with `dry_run`, `helm --dry-run=server`.
 pub fn install(
@@ -97,13 +161,7 @@ pub fn install(
             commands.join("\n  ")
         )));
     }
-    let mut kube = Vec::new();
-    if let Some(k) = kubeconfig {
-        kube.extend(["--kubeconfig".to_owned(), k.display().to_string()]);
-    }
-    if let Some(c) = context {
-        kube.extend(["--kube-context".to_owned(), c.to_owned()]);
-    }
+    let kube = kube_args(kubeconfig, context);
     let mut done = Vec::new();
     for r in releases {
         let text = bundle

@@ -187,6 +187,17 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         }
         later.push("Kubernetes objects".into());
     }
+    if let Some((_, bundle)) = &request.spec
+        && request.helm
+        && !request.diff
+    {
+        super::helm::preflight(
+            bundle,
+            request.cluster_access.kubeconfig.as_deref(),
+            request.cluster_access.context.as_deref(),
+        )
+        .map_err(|e| WorkflowError(e.to_string()))?;
+    }
     if let Some((spec, bundle)) = &request.spec
         && request.aws
     {

@@ -252,3 +252,42 @@ fn an_order_or_target_that_breaks_skew_is_refused_with_the_fix() {
         "{refused:?}"
     );
 }
+
+/// A spec pinning the GPU Operator two release lines back: the plan walks NVIDIA's supported
+/// path one line per step after the Kubernetes steps, and says nothing once on the default.
+#[test]
+fn an_old_gpu_operator_pin_is_upgraded_one_release_line_at_a_time() {
+    let mut cluster = example();
+    let gpu = cluster.spec.gpu.as_mut().unwrap();
+    gpu.stack = kk_spec::GpuSoftware::Operator;
+    gpu.operator_version = Some("v25.10.1".into());
+    let plan = upgrade::plan(&cluster, &request("1.36.x", Order::ControlPlaneFirst)).unwrap();
+    let operator: Vec<&upgrade::Step> = plan
+        .steps
+        .iter()
+        .filter(|s| s.title.starts_with("GPU Operator"))
+        .collect();
+    let titles: Vec<&str> = operator.iter().map(|s| s.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        [
+            "GPU Operator v25.10.1 -> v26.3.3 (NVIDIA: deprecated)",
+            "GPU Operator v26.3.3 -> v26.7.0 (NVIDIA: supported)",
+        ]
+    );
+    assert_eq!(
+        plan.steps.last().map(|s| s.title.as_str()),
+        titles.last().copied(),
+        "after the Kubernetes steps"
+    );
+    assert!(
+        operator[0]
+            .commands
+            .iter()
+            .any(|c| c.contains("operatorVersion: v26.3.3"))
+    );
+    cluster.spec.gpu.as_mut().unwrap().operator_version = None;
+    assert!(upgrade::gpu_operator_steps(&cluster.spec).is_empty());
+    cluster.spec.gpu.as_mut().unwrap().operator_version = Some("v26.7.0".into());
+    assert!(upgrade::gpu_operator_steps(&cluster.spec).is_empty());
+}

@@ -17,6 +17,7 @@ pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
                 operator_config_labels(p, at, spec);
             }
             let at = at.key("gpu");
+            operator_version(p, &at, gpu);
             if !IMAGE_TAG.is_match(&gpu.device_plugin_version)
                 || crate::versions::is_floating(&gpu.device_plugin_version)
             {
@@ -38,6 +39,33 @@ pub(super) fn gpu_stack(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
             }
         }
         None => {}
+    }
+}
+
+/// A pinned GPU Operator release must be one the versions table describes (its values keys
+/// and images are what render writes), and only means something under the operator.
+fn operator_version(p: &mut Problems, at: &FieldPath, gpu: &crate::GpuStack) {
+    let Some(version) = &gpu.operator_version else {
+        return;
+    };
+    let at = at.key("operatorVersion");
+    if gpu.stack != crate::GpuSoftware::Operator {
+        p.push((
+            at,
+            "only read under stack: operator; set the stack or drop the field".into(),
+        ));
+        return;
+    }
+    let operator = crate::versions::component(crate::versions::GPU_OPERATOR);
+    if operator.release(version).is_none() {
+        p.push((
+            at,
+            format!(
+                "{version:?} is not a GPU Operator release render knows the values of ({}); \
+                 `kubean-karpenter versions` lists them",
+                operator.known()
+            ),
+        ));
     }
 }
 

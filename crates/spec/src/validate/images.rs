@@ -21,6 +21,18 @@ pub(super) fn images(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
             ));
             continue;
         };
+        if let Some((chart, _)) = key.split_once('/')
+            && !images::chart_images(spec, chart).any(|(k, _)| k == *key)
+        {
+            p.push((
+                at,
+                format!(
+                    "{chart} {} does not pull {key} (an older release did): drop the override",
+                    images::chart_release(spec, chart)
+                ),
+            ));
+            continue;
+        }
         if let Some(repo) = &over.repository
             && let Some(problem) =
                 controller::repository_problem_for(repo, &format!("images.{key}.digest"))

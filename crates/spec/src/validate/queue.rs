@@ -5,7 +5,7 @@ use super::*;
 /// Kueue admits a workload only if its ClusterQueue covers every resource the workload
 /// requests, so the quota (the pool's limits) must name the three every training pod asks for.
 pub const QUEUE_RESOURCES: [&str; 3] = ["cpu", "memory", "nvidia.com/gpu"];
-/// Kueue v0.17.0's ResourceFlavor (v1beta2) allows 8 node labels (one is
+/// Kueue v0.19.2's ResourceFlavor (v1beta2, as in v0.17.0) allows 8 node labels (one is
 /// `karpenter.sh/nodepool`) and 8 node taints.
 const MAX_FLAVOR_LABELS: usize = 7;
 const MAX_FLAVOR_TAINTS: usize = 8;

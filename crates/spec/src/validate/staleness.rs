@@ -22,6 +22,7 @@ pub fn warnings(cluster: &ElasticCluster) -> Problems {
             versions::DEVICE_PLUGIN,
             &gpu.device_plugin_version,
         );
+        gpu_operator_support(&mut p, at.key("gpu").key("operatorVersion"), gpu);
     }
     for key in [
         versions::CLOUD_CONTROLLER_MANAGER,
@@ -43,6 +44,41 @@ pub fn warnings(cluster: &ElasticCluster) -> Problems {
         );
     }
     p
+}
+
+/// A pinned GPU Operator line NVIDIA no longer supports, with the upgrade path: NVIDIA supports
+/// upgrades only to the next release line, so the fix may take several applies.
+fn gpu_operator_support(p: &mut Problems, at: FieldPath, gpu: &crate::GpuStack) {
+    let Some(version) = gpu.operator_version.as_deref() else {
+        return;
+    };
+    let operator = versions::component(versions::GPU_OPERATOR);
+    let Some(support) = operator.release(version).and_then(|r| r.support) else {
+        return;
+    };
+    if support == versions::Support::Supported {
+        return;
+    }
+    let target = versions::default_version(versions::GPU_OPERATOR);
+    let path = operator
+        .line_by_line_path(version, target)
+        .map(|path| {
+            path.iter()
+                .map(|r| r.version.as_str())
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        })
+        .unwrap_or_default();
+    p.push((
+        at,
+        format!(
+            "GPU Operator {version}: NVIDIA lists its line as {} (platform support page, checked \
+             {}); upgrade one release line at a time, setting operatorVersion to each and \
+             applying: {version} -> {path} (`kubean-karpenter upgrade plan` prints the steps)",
+            support.as_str(),
+            operator.checked
+        ),
+    ));
 }
 
 fn stale(p: &mut Problems, at: FieldPath, key: &str, version: &str) {
