@@ -3,7 +3,7 @@ package main
 // The scenario format shared with the Rust engine (crates/sim). Every object
 // that has a Kubernetes type is Kubernetes JSON (core/v1, apps/v1,
 // karpenter.sh/v1); only instance types have a format of their own, since
-// Karpenter has no API object for them. docs/fidelity.md documents it.
+// Karpenter has no API object for them. docs/internals/fidelity.md documents it.
 
 import (
 	"encoding/json"
