@@ -104,7 +104,7 @@ type ExistingNodeSpec struct {
 	// karpenter.sh/initialized say how far they got.
 	Node *corev1.Node `json:"node,omitempty"`
 	// NodeClaim is optional. For a managed node without one, the oracle
-	// synthesizes the NodeClaim that Karpenter would have (see fidelity.md).
+	// synthesizes the NodeClaim that Karpenter would have (see docs/internals/fidelity.md).
 	// A NodeClaim without a Node is an in-flight (launched, unregistered) node.
 	NodeClaim *karpv1.NodeClaim `json:"nodeClaim,omitempty"`
 	Pods      []corev1.Pod      `json:"pods,omitempty"`
