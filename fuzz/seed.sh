@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Adds the repository's real inputs to fuzz/corpus/<target>/ (docs/lint.md, "Fuzzing"); run
+# Adds the repository's real inputs to fuzz/corpus/<target>/ (docs/internals/fuzzing.md); run
 # from anywhere, then `cargo +nightly fuzz cmin <target>` to drop what adds no coverage.
 # store_lines and kubeconfig have hand-written seeds only (already in their corpus).
 set -euo pipefail

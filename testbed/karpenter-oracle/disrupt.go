@@ -4,7 +4,7 @@ package main
 // (sigs.k8s.io/karpenter v1.15.0 pkg/controllers/disruption, Controller.disrupt
 // for each method in NewMethods' order) on a scenario's cluster state, with the
 // same fake cloud provider, fake client and cluster state as the provisioning
-// oracle, and a fake clock at the scenario's "now". See docs/fidelity.md
+// oracle, and a fake clock at the scenario's "now". See docs/internals/fidelity.md
 // "The disruption oracle".
 //
 // What is not Karpenter's code here:

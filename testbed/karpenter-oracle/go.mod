@@ -1,6 +1,6 @@
 // Test tooling only: Karpenter's provisioning scheduler and disruption code
 // (sigs.k8s.io/karpenter v1.15.0) run in-process as the oracle for crates/sim. See
-// README.md and docs/fidelity.md. Separate from ../go.mod; nothing here ships.
+// README.md and docs/internals/fidelity.md. Separate from ../go.mod; nothing here ships.
 // Every module it shares with the lab's Karpenter (../tools/karpenter) is required at
 // the version that one builds with, so a CI run compiles those packages once: the
 // oracle's build takes them from the Go build cache (testbed/README.md).

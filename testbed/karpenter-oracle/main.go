@@ -1,7 +1,7 @@
 // Command karpenter-oracle runs Karpenter's provisioning scheduler
 // (sigs.k8s.io/karpenter v1.15.0) in-process on scenario files, so that the
 // Rust re-implementation in crates/sim can be compared against it.
-// Test tooling only; see README.md and docs/fidelity.md.
+// Test tooling only; see README.md and docs/internals/fidelity.md.
 package main
 
 import (
@@ -206,7 +206,7 @@ func cmdRunDir(args []string) error {
 
 // cmdVerify re-solves every scenario and compares with the committed
 // results (exit 1 on any difference). Karpenter's scheduler is not
-// deterministic (docs/fidelity.md), so a scenario passes when
+// deterministic (docs/internals/fidelity.md), so a scenario passes when
 //   - a fresh solve reproduces the recorded outcome or one of its recorded
 //     variants exactly, trying up to --runs + --retries solves; or, failing that,
 //   - it is not deterministic (recorded or now) and a fresh outcome has the

@@ -3,7 +3,7 @@ package main
 // The oracle: Karpenter's own provisioning scheduler (sigs.k8s.io/karpenter
 // v1.15.0) run in-process, wired as Provisioner.Schedule wires it, against a
 // controller-runtime fake client, Karpenter's cluster state and the fake
-// cloud provider. No apiserver. See docs/fidelity.md "The oracle".
+// cloud provider. No apiserver. See docs/internals/fidelity.md "The oracle".
 
 import (
 	"context"

@@ -3,7 +3,7 @@ package main
 // The scenario format shared with the Rust engine (crates/sim). Every object
 // that has a Kubernetes type is Kubernetes JSON (core/v1, apps/v1,
 // karpenter.sh/v1); only instance types have a format of their own, since
-// Karpenter has no API object for them. docs/fidelity.md documents it.
+// Karpenter has no API object for them. docs/internals/fidelity.md documents it.
 
 import (
 	"encoding/json"
@@ -104,7 +104,7 @@ type ExistingNodeSpec struct {
 	// karpenter.sh/initialized say how far they got.
 	Node *corev1.Node `json:"node,omitempty"`
 	// NodeClaim is optional. For a managed node without one, the oracle
-	// synthesizes the NodeClaim that Karpenter would have (see fidelity.md).
+	// synthesizes the NodeClaim that Karpenter would have (see docs/internals/fidelity.md).
 	// A NodeClaim without a Node is an in-flight (launched, unregistered) node.
 	NodeClaim *karpv1.NodeClaim `json:"nodeClaim,omitempty"`
 	Pods      []corev1.Pod      `json:"pods,omitempty"`

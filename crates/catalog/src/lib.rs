@@ -32,7 +32,7 @@
 //!
 //! Not in the data, so not in the labels: `karpenter.k8s.aws/nitro-sandbox` (Nitro Enclaves) and
 //! the multi-valued `instance-tenancy`; zone, region and capacity type belong to offerings.
-//! See `docs/catalog.md` for the data's surprises (Graviton memory, fractional GPUs, pods of
+//! See `docs/reference/catalog.md` for the data's surprises (Graviton memory, fractional GPUs, pods of
 //! multi-card types).
 //!
 //! [`allocatable()`] implements Karpenter's AWS overhead formulas (aws/karpenter-provider-aws

@@ -56,7 +56,7 @@ pub(crate) struct RawAws {
     pub habana_gaudi: u32,
     pub efa: u32,
     /// `vpc.amazonaws.com/pod-eni` as the documentation table lists it (absent where that
-    /// table predates the ENI limits; see `docs/catalog.md`).
+    /// table predates the ENI limits; see `docs/reference/catalog.md`).
     pub pod_eni: Option<u64>,
     pub od_price: Option<f64>,
     pub eni: Option<RawEni>,

@@ -16,12 +16,15 @@ pub enum AmiCommand {
     /// List AMIs: every EKS-optimized AL2023 release of a Kubernetes minor (newest first, the
     /// recommended one marked; the rollback list), or, with --owner/--name/--tag, custom images
     /// from EC2 DescribeImages with their creation and deprecation dates.
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     List(ListArgs),
     /// Resolve one EKS-optimized AL2023 release (the recommended one, or --release vDATE) to
     /// its image id, alias and release version; with --spec, for each alias/ssmRelease pool.
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     Resolve(ResolveArgs),
     /// Pin a pool's AMI in a spec file, in place: only the pinned value changes (every other
     /// byte and comment is kept). Prints the diff.
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     Pin(crate::ami_pin_cmd::PinArgs),
 }
 

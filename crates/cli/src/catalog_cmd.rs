@@ -1,5 +1,5 @@
 //! `catalog`: list EC2 instance types with their GPUs, pods, allocatable resources and prices
-//! (the embedded kk-catalog data; see docs/catalog.md).
+//! (the embedded kk-catalog data; see docs/reference/catalog.md).
 
 use std::io::Write;
 use std::path::PathBuf;

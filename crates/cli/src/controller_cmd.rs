@@ -53,7 +53,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     overlap: Duration,
     /// How often the leader decides pending node CSRs from kubean-karpenter join tokens
-    /// (approved only for an instance a NodeClaim names; see docs/join-credentials.md).
+    /// (approved only for an instance a NodeClaim names; see docs/guide/join-credentials.md).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     approve_interval: Duration,
     /// Do not run the CSR approver (nodes joining with our tokens then wait for a manual
@@ -66,7 +66,7 @@ pub struct ControllerArgs {
     csr_approver_only: bool,
     /// With the CSR approver: remove a Node named like an EC2 instance that no NodeClaim names
     /// once it is this old (a terminated instance's credentials registering it again); "off"
-    /// keeps such Nodes. See docs/join-credentials.md.
+    /// keeps such Nodes. See docs/guide/join-credentials.md.
     #[arg(long, default_value = "5m", value_parser = parse_grace)]
     orphan_node_grace: Grace,
     /// How often the leader checks the store and the token.

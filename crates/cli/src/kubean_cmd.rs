@@ -14,6 +14,7 @@ pub enum KubeanCommand {
     /// Upgrade the control plane, etcd and the Kubean-built workers to the spec's
     /// kubernetesVersion (upgrade-cluster.yml); refused unless the pinned Kubean release
     /// installs it and, with --from, it is one minor or less ahead.
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     Upgrade {
         #[command(flatten)]
         common: Common,
@@ -23,6 +24,7 @@ pub enum KubeanCommand {
         from: Option<String>,
     },
     /// Join a worker the spec's kubean.nodes lists (scale.yml --limit=NODE).
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     Scale {
         #[command(flatten)]
         common: Common,
@@ -31,6 +33,7 @@ pub enum KubeanCommand {
         node: String,
     },
     /// Drain and remove a node the spec still lists (remove-node.yml -e node=NODE).
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     RemoveNode {
         #[command(flatten)]
         common: Common,
@@ -38,6 +41,7 @@ pub enum KubeanCommand {
         node: String,
     },
     /// Renew the control plane's certificates with the same CA (Kubean's renew-certs.yml).
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     RenewCerts {
         #[command(flatten)]
         common: Common,

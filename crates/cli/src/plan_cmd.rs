@@ -68,7 +68,7 @@ pub struct PlanArgs {
     explain: Option<String>,
     /// What Karpenter's disruption controller would do to a running cluster: -f/-w/--nodes
     /// then take its state (NodePools, Nodes, NodeClaims, Pods, DaemonSets,
-    /// PodDisruptionBudgets; e.g. a `kubectl get ... -o yaml` dump). See docs/plan.md.
+    /// PodDisruptionBudgets; e.g. a `kubectl get ... -o yaml` dump). See docs/guide/plan.md.
     #[arg(long)]
     disrupt: bool,
     /// With --disrupt: move the clock forward (2h, 720h) for consolidateAfter and expireAfter.

@@ -213,6 +213,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 pub enum TokenCommand {
     /// Create a bootstrap token Secret exactly as kubeadm does (labelled as ours); with
     /// --publish, also write it to the join store (and delete it again if that fails).
+    #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     Create {
         #[command(flatten)]
         kube: KubeArgs,
@@ -233,6 +234,7 @@ pub enum TokenCommand {
     },
     /// List bootstrap tokens: ID, expiry, usages, description, and whether they are ours.
     /// Never prints secrets.
+    #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     List {
         #[command(flatten)]
         kube: KubeArgs,
@@ -242,6 +244,7 @@ pub enum TokenCommand {
     },
     /// Delete a bootstrap token. With store options, refuses to delete the token the store
     /// publishes (nodes would fail to join): publish a new one first.
+    #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     Revoke {
         #[command(flatten)]
         kube: KubeArgs,

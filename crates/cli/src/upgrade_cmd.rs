@@ -15,6 +15,7 @@ pub enum UpgradeCommand {
     /// Plan a Kubernetes upgrade: Kubean control plane, then the minor-matched components,
     /// then the worker AMIs pool by pool, each with what it changes, why it is safe, and the
     /// drift it causes (which pools, how many at once, roughly how long).
+    #[command(after_help = "Docs: docs/guide/day-two.md")]
     Plan(PlanArgs),
 }
 

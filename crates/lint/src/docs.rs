@@ -93,7 +93,7 @@ pub fn index() -> String {
     let mut out = String::from(
         "<!-- Generated from crates/lint/src/rules: run KK_UPDATE_DOCS=1 cargo test -p kk-lint --test it docs:: -->\n\
          # kubean-karpenter lint rules\n\n\
-         `kubean-karpenter lint --explain CODE` prints a rule's page; see [../lint.md](../lint.md) for \
+         `kubean-karpenter lint --explain CODE` prints a rule's page; see [../reference/rules.md](../reference/rules.md) for \
          usage, output formats and suppressions.\n\n\
          Rules marked *advice* encode the seed runbooks' choices rather than defects; their \
          findings say so and name the alternative.\n\n\

@@ -57,7 +57,7 @@ pub(crate) fn labels(name: &str) -> Value {
 /// The controller's own namespace. Pod Security `restricted` where its pods are on the pod
 /// network; a rotator that takes the infra workers' instance profile needs the host's network
 /// (no other level admits `hostNetwork`), so its namespace enforces `privileged` and audits
-/// against `restricted`, and nothing but the rotator runs there (docs/join-credentials.md).
+/// against `restricted`, and nothing but the rotator runs there (docs/guide/join-credentials.md).
 pub(crate) fn namespace(name: &str, network: Network) -> Value {
     let mut labels = labels(name);
     let enforce = match network {

@@ -6,7 +6,7 @@
 //! card up to the type's `MaximumEfaInterfaces`, and then expects the node to advertise that
 //! resource before it calls it initialized (aws/karpenter-provider-aws v1.14.3
 //! pkg/providers/instance/instance.go `getEFACountForInstance`, pkg/cloudprovider/cloudprovider.go):
-//! without the plugin such a node never initializes, billed. See docs/gpu-training.md.
+//! without the plugin such a node never initializes, billed. See docs/guide/gpus-and-training.md.
 
 use std::collections::BTreeSet;
 

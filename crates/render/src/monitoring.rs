@@ -5,7 +5,7 @@
 //!
 //! The alerts read Karpenter v1.14's metrics (karpenter `pkg/metrics`, the operatorpkg status
 //! controller's `operator_nodeclaim_status_condition_*`, the AWS provider's
-//! `karpenter_interruption_*`) and ours (`kubean_karpenter_*`, docs/join-credentials.md). Each
+//! `karpenter_interruption_*`) and ours (`kubean_karpenter_*`, docs/guide/join-credentials.md). Each
 //! names, in its `runbook` annotation, the `kubean-karpenter doctor` check that explains it.
 //!
 //! Not in the apply order: a cluster without the operator has no such kinds, so ORDER.md has
@@ -185,7 +185,7 @@ pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             runbook(
                 "join-token-valid",
                 &format!(
-                    "Then `node-provider-id`; each denied CSR's condition message says why (`kubectl get csr -o wide`), KubeanKarpenterContested means competing CSRs for one node (docs/join-credentials.md, CSR approval; `{}`).",
+                    "Then `node-provider-id`; each denied CSR's condition message says why (`kubectl get csr -o wide`), KubeanKarpenterContested means competing CSRs for one node (docs/guide/join-credentials.md, CSR approval; `{}`).",
                     csr_approver::NAME
                 ),
             ),
@@ -204,7 +204,7 @@ pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             runbook(
                 "join-token-valid",
                 &format!(
-                    "Then `node-provider-id`; the Warning Events on the denied CSRs (namespace default, reason KubeanKarpenterRefused or KubeanKarpenterContested) name each CSR and why, and its requester `system:bootstrap:<id>` names the token: revoke it (`kubean-karpenter token revoke <id>` once the rotator published another) and find where it leaked (docs/join-credentials.md, CSR approval; `{}`).",
+                    "Then `node-provider-id`; the Warning Events on the denied CSRs (namespace default, reason KubeanKarpenterRefused or KubeanKarpenterContested) name each CSR and why, and its requester `system:bootstrap:<id>` names the token: revoke it (`kubean-karpenter token revoke <id>` once the rotator published another) and find where it leaked (docs/guide/join-credentials.md, CSR approval; `{}`).",
                     csr_approver::NAME
                 ),
             ),

@@ -280,7 +280,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     if !queues.is_empty() {
         let _ = writeln!(
             w,
-            "   **Job queues** (Kueue): `apply` leaves {queues} out, since a cluster without Kueue has no such kinds. Install Kueue {} first, then apply them; submit training Jobs with the label `kueue.x-k8s.io/queue-name: <pool>` in a namespace the pool's queue lists. See docs/gpu-training.md.",
+            "   **Job queues** (Kueue): `apply` leaves {queues} out, since a cluster without Kueue has no such kinds. Install Kueue {} first, then apply them; submit training Jobs with the label `kueue.x-k8s.io/queue-name: <pool>` in a namespace the pool's queue lists. See docs/guide/gpus-and-training.md.",
             crate::kueue::KUEUE_VERSION
         );
     }
@@ -288,7 +288,7 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
     if !monitors.is_empty() {
         let _ = writeln!(
             w,
-            "   **Monitoring** (Prometheus Operator): `apply` leaves {monitors} out, since a cluster without the operator has no PrometheusRule or PodMonitor kinds (and the dashboard ConfigMap needs Grafana's sidecar); apply them once it runs (`kubectl apply -f monitoring/`). Karpenter's values already turn on its chart's ServiceMonitor. Each alert's `runbook` names the `kubean-karpenter doctor` check that explains it. See docs/monitoring.md.",
+            "   **Monitoring** (Prometheus Operator): `apply` leaves {monitors} out, since a cluster without the operator has no PrometheusRule or PodMonitor kinds (and the dashboard ConfigMap needs Grafana's sidecar); apply them once it runs (`kubectl apply -f monitoring/`). Karpenter's values already turn on its chart's ServiceMonitor. Each alert's `runbook` names the `kubean-karpenter doctor` check that explains it. See docs/guide/monitoring.md.",
         );
     }
     let _ = writeln!(

@@ -27,9 +27,9 @@ use crate::kubean_ops::{Operation, check_upgrade, render_operation};
 pub const DRIFT_LOOP_SECONDS: u64 = 10;
 
 /// Default seconds one replacement takes from launch to a usable node: the lab's CPU pool,
-/// workload created → pods Running (docs/live.md, `lab_verify`, 30.4 s). The lab's EC2 is moto
-/// and its nodes boot in seconds; on AWS measure yours with `kubean-karpenter verify --pool P`
-/// and pass it as `--replace-seconds`.
+/// workload created → pods Running (docs/guide/verify-and-doctor.md, `lab_verify`, 30.4 s).
+/// The lab's EC2 is moto and its nodes boot in seconds; on AWS measure yours with
+/// `kubean-karpenter verify --pool P` and pass it as `--replace-seconds`.
 pub const DEFAULT_REPLACE_SECONDS: u64 = 30;
 
 /// Which side goes first.
@@ -565,7 +565,8 @@ pub fn plan(
         format!(
             "Durations: one drift command per ~{DRIFT_LOOP_SECONDS} s disruption loop, each \
              replacement {} s from launch to a usable node (default: the lab's measured CPU \
-             pool, docs/live.md; measure yours with `verify --pool P`, pass --replace-seconds): \
+             pool, docs/guide/verify-and-doctor.md; measure yours with `verify --pool P`, \
+             pass --replace-seconds): \
              about max(nodes × {DRIFT_LOOP_SECONDS} s, ceil(nodes / at once) × {} s), plus \
              draining.",
             request.replace_seconds, request.replace_seconds

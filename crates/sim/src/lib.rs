@@ -28,7 +28,7 @@
 //! [`plan`] the launch choice and the output; [`next_loop`] Karpenter's next loop for pods that
 //! waited for a reservation; [`input`] reads manifests; [`disrupt`] the
 //! disruption controller (its clock, state, methods and report); [`scenario`] the oracle's
-//! formats (docs/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
+//! formats (docs/internals/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
 
 pub mod gosort;
 /// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).

@@ -14,7 +14,7 @@ pub fn is_managed(labels: Option<&std::collections::BTreeMap<String, String>>) -
 }
 /// The group our bootstrap tokens put their holders in (`auth-extra-groups`). It is bound
 /// only to what a join needs, never to kubeadm's CSR auto-approval: our approver signs off
-/// a node-client CSR only for an instance Karpenter launched (docs/join-credentials.md).
+/// a node-client CSR only for an instance Karpenter launched (docs/guide/join-credentials.md).
 pub const JOIN_TOKEN_GROUP: &str = "system:bootstrappers:kubean-karpenter";
 /// The cluster a managed token Secret was made for (scopes the rotator's deletes).
 pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";

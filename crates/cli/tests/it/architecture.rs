@@ -1,4 +1,4 @@
-//! docs/architecture.md draws the crate graph twice (a mermaid chart and a text list); both
+//! docs/internals/architecture.md draws the crate graph twice (a mermaid chart and a text list); both
 //! must be the workspace's real `[dependencies]` between its own crates (dev-dependencies do
 //! not count), as `cargo metadata` reports them, and each crate's folder must be its package
 //! name (`kk-` left off; the binary `kubean-karpenter` lives in `crates/cli`).
@@ -125,9 +125,9 @@ fn text_list(page: &str) -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn the_documented_crate_graph_is_the_real_one() {
-    let page = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let page = std::fs::read_to_string(repo().join("docs/internals/architecture.md")).unwrap();
     let (graph, folders) = metadata();
-    assert_eq!(mermaid(&page), graph, "docs/architecture.md mermaid chart");
+    assert_eq!(mermaid(&page), graph, "docs/internals/architecture.md mermaid chart");
     let by_folder: BTreeMap<String, BTreeSet<String>> = graph
         .iter()
         .map(|(p, deps)| {
@@ -138,7 +138,7 @@ fn the_documented_crate_graph_is_the_real_one() {
     assert_eq!(
         text_list(&page),
         by_folder,
-        "docs/architecture.md text list"
+        "docs/internals/architecture.md text list"
     );
 }
 

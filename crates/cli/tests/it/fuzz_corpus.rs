@@ -1,4 +1,4 @@
-//! The cargo-fuzz targets on stable Rust (docs/lint.md, "Fuzzing"): every file of
+//! The cargo-fuzz targets on stable Rust (docs/internals/fuzzing.md): every file of
 //! `fuzz/corpus/<target>/` through the very function the target calls (`fuzz/src/lib.rs` and
 //! `fuzz/src/live.rs` are included here, not copied), then a short bounded run of seeded
 //! mutations of the corpus (byte flips, interesting bytes, truncation, deletion, duplication,

@@ -210,7 +210,7 @@ fn disrupt_reclaim_says_where_the_pods_go_as_table_and_json() {
     assert!(out.contains("Pending after the reclaim:"), "{out}");
 }
 
-/// docs/plan.md "Example: the seed's GPU pool on an idle fleet", pass by pass.
+/// docs/guide/plan.md "Example: the seed's GPU pool on an idle fleet", pass by pass.
 #[test]
 fn disrupt_idle_gpu_fleet_example_in_docs() {
     let state = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -5,7 +5,7 @@
 //! (spec, labels, annotations, owner fields; not a count), and the whole AWS state it manages.
 //!
 //! Helm is not among the steps: the charts' registries are out of the lab's reach, so the lab
-//! runs Karpenter as a process and applies with `--skip-helm` (docs/live.md "Faults").
+//! runs Karpenter as a process and applies with `--skip-helm` (docs/internals/faults.md).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

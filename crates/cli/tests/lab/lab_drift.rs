@@ -154,7 +154,7 @@ fn drift_an_ami_bump_replaces_every_node_within_budget_and_pdb_as_predicted() {
     // A settled cluster: the bundle's GPU sample pod bound too. plan does not count a NodeClaim
     // still in flight (no Node yet) as room for a Pending pod, where Karpenter does, so a pod
     // Pending at the prediction would add a replacement Karpenter never makes
-    // (docs/plan.md, "Differences from a running Karpenter").
+    // (docs/guide/plan.md, "Differences from a running Karpenter").
     lab.wait(
         "4 pods Running on 4 initialized nodes, no pod Pending",
         4 * min,

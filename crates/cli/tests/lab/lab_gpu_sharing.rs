@@ -28,7 +28,7 @@ use crate::harness::{
 const MIN: Duration = Duration::from_secs(60);
 const GPU_POOL: &str = "workload-gpu-l4";
 const WARM_POOL: &str = "warm";
-/// The GPU Operator v25.10.1 chart's device plugin image (docs/gpu.md).
+/// The GPU Operator v25.10.1 chart's device plugin image (docs/guide/gpus-and-training.md).
 const OPERATOR_DEVICE_PLUGIN: &str = "nvcr.io/nvidia/k8s-device-plugin:v0.18.1";
 
 /// The lab spec under `gpu.stack: operator`, the nodeOverlay and staticCapacity gates on, the

@@ -2,7 +2,7 @@
 //! the rendered bundle, as the lab API server's token webhook; tokens made from the credentials
 //! the lab's fake IMDS issues; the lab's STS (testbed/lab-kit/sts.py, test tooling) verifying
 //! their SigV4 signatures. Every row of the attack table that a running system refuses is
-//! performed here and seen refused (docs/join-credentials.md, "Attack table: IAM join"); the
+//! performed here and seen refused (docs/guide/join-credentials.md, "Attack table: IAM join"); the
 //! signature rows exercise the lab STS's verifier, the others the real authenticator and the
 //! API server.
 

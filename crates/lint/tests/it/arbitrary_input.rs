@@ -1,5 +1,5 @@
 //! Property tests of the loader and every rule on arbitrary input, the fast CI companion of
-//! the cargo-fuzz target `manifests` (`fuzz/`, docs/lint.md "Fuzzing"): random bytes, YAML-ish
+//! the cargo-fuzz target `manifests` (`fuzz/`, docs/internals/fuzzing.md): random bytes, YAML-ish
 //! text built from Kubernetes vocabulary, and mutated lint fixtures (half-valid objects) go
 //! through the same entry as the fuzzer (`Input::from_bytes` → `kk_lint::lint` → every output
 //! format). Each case must not panic and must finish within a bound.

@@ -8,7 +8,7 @@
 //! equal savings, the order NodePools are visited by single-node consolidation) this module
 //! takes name order. Upstream's time limits (multi-node consolidation gives up after 1 minute,
 //! single-node after 3) apply only when the caller hands in a clock ([`Options::watch`],
-//! `--budget-time`): without one a run is unbounded (see docs/plan.md).
+//! `--budget-time`): without one a run is unbounded (see docs/guide/plan.md).
 
 pub mod clock;
 pub mod drift;

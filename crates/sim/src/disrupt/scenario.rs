@@ -1,4 +1,4 @@
-//! The disruption oracle's scenarios (testbed/karpenter-oracle `disrupt-generate`, docs/fidelity.md
+//! The disruption oracle's scenarios (testbed/karpenter-oracle `disrupt-generate`, docs/internals/fidelity.md
 //! "The disruption oracle") as a cluster state: the provisioning scenario format plus `pdbs` and
 //! `disruption: {now, spotToSpot}`. Pure: a JSON value in, state and options out.
 

@@ -1,5 +1,5 @@
 //! The Karpenter oracle's scenario and result formats (`testbed/karpenter-oracle`,
-//! docs/fidelity.md): read a scenario into an [`Input`], render a [`Plan`](crate::plan::Plan) in the oracle's
+//! docs/internals/fidelity.md): read a scenario into an [`Input`], render a [`Plan`](crate::plan::Plan) in the oracle's
 //! result shape. Pure: text and JSON values in, values out.
 //!
 //! Instance types become catalog types with a fixed overhead (`overhead` summed, or

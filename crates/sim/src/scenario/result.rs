@@ -1,5 +1,5 @@
 //! The oracle's result format: a plan's NodeClaims, existing nodes and Pending pods in the
-//! shape `karpenter-oracle run` writes (docs/fidelity.md, "The result format").
+//! shape `karpenter-oracle run` writes (docs/internals/fidelity.md, "The result format").
 //!
 //! A [`Report`] is serialized as it is written: one NodeClaim's launch, options and pods at a
 //! time. At 100,000 pods of Karpenter's benchmark shapes a plan has 20,000 NodeClaims with up
@@ -18,7 +18,7 @@ use crate::solver::{ClaimResult, Input, Outcome};
 
 /// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
 /// (capacity type, zone, price), price ties broken by capacity type, then zone, by name — the
-/// oracle's `capacityType`/`zone`/`price` of a claim (docs/fidelity.md, "The result format").
+/// oracle's `capacityType`/`zone`/`price` of a claim (docs/internals/fidelity.md, "The result format").
 fn cheapest_offering(
     catalog: &Catalog,
     claim: &ClaimResult,

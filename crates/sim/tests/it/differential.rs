@@ -10,7 +10,7 @@
 //! The hand-written cases (`testbed/karpenter-oracle/cases/`, one per cause of divergence found
 //! on fresh seeds) are compared the same way.
 //!
-//! A divergence fails the test unless docs/fidelity.md accounts for it: scenario names listed
+//! A divergence fails the test unless docs/internals/fidelity.md accounts for it: scenario names listed
 //! (in backticks) under "Documented divergences" (upstream behaviour) or "Open divergences"
 //! (known kk-sim bugs). `KK_DIFF_VERBOSE=1` prints every divergence; `KK_DIFF_ONLY=name` runs one.
 //! `KK_DIFF_SCENARIOS=DIR KK_DIFF_EXPECTED=DIR` compares another corpus (e.g. a fresh seed's),
@@ -18,7 +18,7 @@
 //!
 //! `fresh_sample` compares a fresh generator sample (`testbed/karpenter-oracle/fresh`, seed
 //! derived from the commit) from `KK_DIFF_FRESH_DIR`; it fails on a divergence of a kind not
-//! listed under "Divergence kinds" in docs/fidelity.md or on agreement below 99.5 %, and under
+//! listed under "Divergence kinds" in docs/internals/fidelity.md or on agreement below 99.5 %, and under
 //! `CI=true` it never skips.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -250,7 +250,7 @@ fn diff(want: &Norm, got: &Norm) -> String {
     out
 }
 
-/// Scenario names in backticks under a `## {heading}` section of docs/fidelity.md, with the
+/// Scenario names in backticks under a `## {heading}` section of docs/internals/fidelity.md, with the
 /// `### ` subsection (the divergence kind) each is listed under.
 fn listed(doc: &str, heading: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -324,9 +324,9 @@ fn kind(deterministic: bool, want: &Norm, got: &Norm) -> String {
 /// How divergences are judged.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// The committed corpus: every divergence must be listed by name in docs/fidelity.md.
+    /// The committed corpus: every divergence must be listed by name in docs/internals/fidelity.md.
     Strict,
-    /// A fresh sample: fail on a divergence of a kind docs/fidelity.md does not list, or on
+    /// A fresh sample: fail on a divergence of a kind docs/internals/fidelity.md does not list, or on
     /// agreement (matches plus nondeterministic outcomes of the same shape) below 99.5 %.
     Fresh,
 }
@@ -425,7 +425,8 @@ fn resolve_again(scenario: &Path) -> Option<Value> {
 
 fn compare(dir: &Path, exp: &Path, mode: Mode) {
     let root = root();
-    let doc = std::fs::read_to_string(root.join("docs/fidelity.md")).expect("docs/fidelity.md");
+    let doc = std::fs::read_to_string(root.join("docs/internals/fidelity.md"))
+        .expect("docs/internals/fidelity.md");
     let known = divergence_kinds::listed_kinds(&doc, "## Divergence kinds");
     let documented = listed(&doc, "Documented divergences");
     let open = listed(&doc, "Open divergences");
@@ -593,7 +594,7 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
     );
     if !stale.is_empty() {
         println!(
-            "differential: listed in docs/fidelity.md but now agreeing (remove them): {}",
+            "differential: listed in docs/internals/fidelity.md but now agreeing (remove them): {}",
             stale.join(" ")
         );
     }
@@ -618,7 +619,7 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
         if !new.is_empty() {
             let _ = writeln!(
                 msg,
-                "divergence kinds not listed under \"Divergence kinds\" in docs/fidelity.md: {new:?}"
+                "divergence kinds not listed under \"Divergence kinds\" in docs/internals/fidelity.md: {new:?}"
             );
         }
         if per_mille < FRESH_MIN_PER_MILLE {
@@ -634,7 +635,7 @@ fn compare(dir: &Path, exp: &Path, mode: Mode) {
     }
     if !failures.is_empty() {
         let mut msg = format!(
-            "{} divergences not accounted for in docs/fidelity.md (first 15):\n",
+            "{} divergences not accounted for in docs/internals/fidelity.md (first 15):\n",
             failures.len()
         );
         for (name, det, d, k) in failures.iter().take(15) {

@@ -1,7 +1,7 @@
 //! `plan --disrupt` against Karpenter's own disruption controller: every scenario of
 //! `testbed/karpenter-oracle/disrupt/scenarios/` is run for one pass here and compared with the
 //! oracle's recorded pass in `testbed/karpenter-oracle/disrupt/expected/` (no Go needed; see
-//! docs/fidelity.md "The disruption oracle").
+//! docs/internals/fidelity.md "The disruption oracle").
 //!
 //! Compared per scenario: for each method evaluated (Emptiness, StaticDrift, Drift,
 //! MultiNodeConsolidation, SingleNodeConsolidation, up to the first with a command) the sorted
@@ -9,13 +9,13 @@
 //! each replacement's NodePool and instance-type options. A nondeterministic scenario agrees if
 //! it matches the recorded outcome or a recorded variant.
 //!
-//! A divergence fails the test unless docs/fidelity.md lists the scenario (in backticks) under
+//! A divergence fails the test unless docs/internals/fidelity.md lists the scenario (in backticks) under
 //! "Disruption divergences". `KK_DIFF_VERBOSE=1` prints every divergence; `KK_DIFF_ONLY=name`
 //! runs one scenario.
 //!
 //! `fresh_sample` compares a fresh generator sample (`testbed/karpenter-oracle/fresh --disrupt`,
 //! seed derived from the commit) from `KK_DISRUPT_FRESH_DIR`: it fails on a divergence of a kind
-//! docs/fidelity.md does not list under "Disruption divergence kinds", or on agreement below
+//! docs/internals/fidelity.md does not list under "Disruption divergence kinds", or on agreement below
 //! 99 %, and under `CI=true` it never skips.
 
 use std::collections::BTreeSet;
@@ -64,7 +64,7 @@ fn ours(v: &Value) -> Value {
     norm(&json!({"candidates": candidates, "command": command}))
 }
 
-/// The scenarios docs/fidelity.md lists as divergences of the committed corpus.
+/// The scenarios docs/internals/fidelity.md lists as divergences of the committed corpus.
 fn documented(doc: &str) -> BTreeSet<String> {
     divergence_kinds::backticked(doc, "### Disruption divergences")
         .into_iter()
@@ -102,9 +102,9 @@ fn kind(deterministic: bool, want: &Value, got: &Value) -> String {
 /// How divergences are judged.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// The committed corpus: every divergence must be listed by name in docs/fidelity.md.
+    /// The committed corpus: every divergence must be listed by name in docs/internals/fidelity.md.
     Strict,
-    /// A fresh sample: fail on a divergence of a kind docs/fidelity.md does not list, or on
+    /// A fresh sample: fail on a divergence of a kind docs/internals/fidelity.md does not list, or on
     /// agreement below 99 %.
     Fresh,
 }
@@ -163,7 +163,7 @@ fn compare(dir: &Path, mode: Mode) {
         files.len(),
         dir.display()
     );
-    let doc = std::fs::read_to_string(root().join("docs/fidelity.md")).unwrap();
+    let doc = std::fs::read_to_string(root().join("docs/internals/fidelity.md")).unwrap();
     let allowed = documented(&doc);
     let known = divergence_kinds::listed_kinds(&doc, "### Disruption divergence kinds");
     let (mut agree, mut total, mut with_command, mut nondet, mut rerun_hits) = (0, 0, 0, 0, 0);
@@ -245,7 +245,7 @@ fn compare(dir: &Path, mode: Mode) {
         let new: Vec<&&str> = by_kind.keys().filter(|k| !known.contains(**k)).collect();
         assert!(
             new.is_empty(),
-            "divergence kinds not listed under \"Disruption divergence kinds\" in docs/fidelity.md: {new:?} ({by_kind:?})"
+            "divergence kinds not listed under \"Disruption divergence kinds\" in docs/internals/fidelity.md: {new:?} ({by_kind:?})"
         );
         assert!(
             agree * 100 >= total * 99,
@@ -260,7 +260,7 @@ fn compare(dir: &Path, mode: Mode) {
         .collect();
     assert!(
         unexplained.is_empty(),
-        "{} divergences not in docs/fidelity.md: {unexplained:?}",
+        "{} divergences not in docs/internals/fidelity.md: {unexplained:?}",
         unexplained.len()
     );
     if only.is_none() {

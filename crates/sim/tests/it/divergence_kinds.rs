@@ -1,10 +1,10 @@
 //! What the two differential tests (provisioning's `differential`, disruption's
-//! `disrupt_differential`) share: reading what docs/fidelity.md lists under a heading, and the
+//! `disrupt_differential`) share: reading what docs/internals/fidelity.md lists under a heading, and the
 //! per-kind summary of a comparison's divergences.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The lines of docs/fidelity.md's section under the heading line `heading`
+/// The lines of docs/internals/fidelity.md's section under the heading line `heading`
 /// (`## Divergence kinds`), up to the next heading of its level or above.
 fn section<'a>(doc: &'a str, heading: &str) -> impl Iterator<Item = &'a str> {
     let level = |line: &str| {
@@ -40,7 +40,7 @@ pub fn listed_kinds(doc: &str, heading: &str) -> BTreeSet<String> {
 }
 
 /// Divergences `(scenario, kind)` grouped by kind, each kind printed on a line of its own
-/// after `prefix`, marked when docs/fidelity.md does not list it (`known`).
+/// after `prefix`, marked when docs/internals/fidelity.md does not list it (`known`).
 pub fn by_kind<'a>(
     prefix: &str,
     divergences: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -88,7 +88,7 @@ fn a_section_ends_at_the_next_heading_of_its_level_or_above() {
 #[test]
 fn the_fidelity_doc_lists_the_kinds_its_tables_accept_and_not_those_its_prose_refuses() {
     let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/fidelity.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/internals/fidelity.md"),
     )
     .unwrap();
     let provisioning = listed_kinds(&doc, "## Divergence kinds");

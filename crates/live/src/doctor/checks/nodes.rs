@@ -232,7 +232,7 @@ pub(super) fn infra_imds_hop_limit(s: &Snapshot, f: &Facts) -> Check {
         let Some(i) = found.get(id) else { continue };
         seen += 1;
         let fix = format!(
-            "aws ec2 modify-instance-metadata-options --instance-id {id} --http-tokens required --http-put-response-hop-limit 1 (the rendered controllers run on the host network and need no more; docs/join-credentials.md)"
+            "aws ec2 modify-instance-metadata-options --instance-id {id} --http-tokens required --http-put-response-hop-limit 1 (the rendered controllers run on the host network and need no more; docs/guide/join-credentials.md)"
         );
         if let Some(limit) = i.hop_limit.filter(|l| *l > 1) {
             c.worse(
