@@ -230,6 +230,27 @@ fn versions_text(value: &Value) -> String {
             list(&row["kubean"]),
         ));
     }
+    // Release lines whose vendor publishes support standings (the GPU Operator).
+    for c in versions::table().components.iter() {
+        let lines: Vec<&versions::Release> =
+            c.releases.iter().filter(|r| r.support.is_some()).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        out.push_str(&format!(
+            "\n{:<26} {:<12} SUPPORT\n",
+            c.name.to_uppercase(),
+            "RELEASE"
+        ));
+        for r in lines {
+            let support = r.support.map_or("-", versions::Support::as_str);
+            out.push_str(&format!("{:<26} {:<12} {support}\n", "", r.version));
+        }
+        out.push_str(&format!(
+            "{:<26} upgrades go one release line at a time (`upgrade plan` prints the path)\n",
+            ""
+        ));
+    }
     if let Some(spec) = value.get("spec") {
         out.push_str(&format!(
             "\n{}: Kubernetes {}, Kubean {}\n",

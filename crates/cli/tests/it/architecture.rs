@@ -127,7 +127,11 @@ fn text_list(page: &str) -> BTreeMap<String, BTreeSet<String>> {
 fn the_documented_crate_graph_is_the_real_one() {
     let page = std::fs::read_to_string(repo().join("docs/internals/architecture.md")).unwrap();
     let (graph, folders) = metadata();
-    assert_eq!(mermaid(&page), graph, "docs/internals/architecture.md mermaid chart");
+    assert_eq!(
+        mermaid(&page),
+        graph,
+        "docs/internals/architecture.md mermaid chart"
+    );
     let by_folder: BTreeMap<String, BTreeSet<String>> = graph
         .iter()
         .map(|(p, deps)| {

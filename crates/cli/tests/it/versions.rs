@@ -61,6 +61,35 @@ fn versions_prints_the_table_and_the_matrix() {
         .find(|c| c["name"] == "karpenter")
         .unwrap();
     assert_eq!(karpenter["default"], "1.15.2");
+    // The GPU Operator's lines carry NVIDIA's standing, in JSON and in the text view.
+    let operator = components
+        .iter()
+        .find(|c| c["name"] == "nvidia-gpu-operator")
+        .unwrap();
+    let standing: Vec<(&str, &str)> = operator["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["version"].as_str().unwrap(),
+                r["support"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        standing,
+        [
+            ("v25.10.1", "endOfSupport"),
+            ("v26.3.3", "deprecated"),
+            ("v26.7.0", "supported")
+        ]
+    );
+    let text = String::from_utf8(run(&["versions"]).stdout).unwrap();
+    assert!(
+        text.contains("v25.10.1     end of support") && text.contains("v26.7.0      supported"),
+        "{text}"
+    );
     assert!(
         karpenter["releases"]
             .as_array()
@@ -277,4 +306,69 @@ fn images_lists_every_image_with_its_digest_or_how_to_pin_it() {
         == format!(
             "registry.internal:5000/provider-aws/cloud-controller-manager:v1.35.3@{digest}"
         )));
+}
+
+/// `gpu.operatorVersion`: a pin on a line NVIDIA no longer supports is a located warning with
+/// the one-line-at-a-time path; a release render knows no values of, or a pin without the
+/// operator, is a located error.
+#[test]
+fn validate_warns_at_an_unsupported_gpu_operator_pin_and_refuses_an_unknown_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, extra: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            kk_spec::EXAMPLE.replace(
+                "devicePluginVersion: v0.20.0",
+                &format!("devicePluginVersion: v0.20.0{extra}"),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let line = |path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .position(|l| l.contains("operatorVersion"))
+            .unwrap()
+            + 1
+    };
+    let old = write(
+        "old.yaml",
+        "\n    stack: operator\n    operatorVersion: v25.10.1",
+    );
+    let out = run(&["validate", old.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "warning: {}:{}:22: spec.gpu.operatorVersion: GPU Operator v25.10.1: NVIDIA lists its line as end of support",
+            old.display(),
+            line(&old)
+        )) && stderr.contains("v25.10.1 -> v26.3.3 -> v26.7.0"),
+        "{stderr}"
+    );
+    let unknown = write(
+        "unknown.yaml",
+        "\n    stack: operator\n    operatorVersion: v24.9.2",
+    );
+    let out = run(&["validate", unknown.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}:{}:22: spec.gpu.operatorVersion: \"v24.9.2\" is not a GPU Operator release",
+            unknown.display(),
+            line(&unknown)
+        )),
+        "{stderr}"
+    );
+    let bare = write("bare.yaml", "\n    operatorVersion: v26.7.0");
+    let out = run(&["validate", bare.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("only read under stack: operator"),
+        "{out:?}"
+    );
 }
