@@ -39,6 +39,7 @@ func cmdGenerate(args []string) error {
 	extended := fs.Bool("extended", false, "also generate the features of extendedFeatures (from a random stream of their own, so scenarios without the flag stay byte-identical)")
 	reserved := fs.Bool("reserved", false, "also generate capacity reservations and the pools and pods that use them (a stream of their own, as --extended)")
 	staticOverlay := fs.Bool("static-overlay", false, "also generate static NodePools with their nodes and NodeOverlays on GPU types (a stream of their own, as --extended)")
+	schedSettings := fs.Bool("scheduler-settings", false, "also generate minValuesPolicy BestEffort (with minValues) and schedulerConfig default topology spread (with ReplicaSets, StatefulSets, Services) (a stream of their own, as --extended)")
 	out := fs.String("out", "", "output directory")
 	if rest := parseInterleaved(fs, args); len(rest) > 0 {
 		return fmt.Errorf("generate: unexpected arguments %v", rest)
@@ -52,7 +53,7 @@ func cmdGenerate(args []string) error {
 	tags := map[string]int{}
 	var total int64
 	for i := 0; i < *count; i++ {
-		sc := generateScenario(*seed, i, *extended, *reserved, *staticOverlay)
+		sc := generateScenario(*seed, i, *extended, *reserved, *staticOverlay, *schedSettings)
 		for _, t := range sc.Tags {
 			tags[t]++
 		}
@@ -102,10 +103,25 @@ func scenarioJSON(sc *Scenario) []byte {
 	if len(sc.Tags) > 0 {
 		fmt.Fprintf(&buf, "%s:%s,\n", m("tags"), m(sc.Tags))
 	}
+	if sc.MinValuesPolicy != "" {
+		fmt.Fprintf(&buf, "%s:%s,\n", m("minValuesPolicy"), m(sc.MinValuesPolicy))
+	}
+	if len(sc.SchedulerConfig) > 0 {
+		fmt.Fprintf(&buf, "%s:%s,\n", m("schedulerConfig"), m(sc.SchedulerConfig))
+	}
 	arr("nodePools", len(sc.NodePools), func(i int) any { return sc.NodePools[i] }, false)
 	arr("instanceTypes", len(sc.InstanceTypes), func(i int) any { return sc.InstanceTypes[i] }, false)
 	arr("existingNodes", len(sc.ExistingNodes), func(i int) any { return sc.ExistingNodes[i] }, false)
 	arr("daemonSets", len(sc.DaemonSets), func(i int) any { return sc.DaemonSets[i] }, false)
+	if len(sc.Services) > 0 {
+		arr("services", len(sc.Services), func(i int) any { return sc.Services[i] }, false)
+	}
+	if len(sc.ReplicaSets) > 0 {
+		arr("replicaSets", len(sc.ReplicaSets), func(i int) any { return sc.ReplicaSets[i] }, false)
+	}
+	if len(sc.StatefulSets) > 0 {
+		arr("statefulSets", len(sc.StatefulSets), func(i int) any { return sc.StatefulSets[i] }, false)
+	}
 	if len(sc.NodeOverlays) > 0 {
 		arr("nodeOverlays", len(sc.NodeOverlays), func(i int) any { return sc.NodeOverlays[i] }, false)
 	}
@@ -207,12 +223,14 @@ type gen struct {
 	// y: the --reserved draws (gen_reserved.go), a stream of their own.
 	// z: the --static-overlay draws (gen_static.go), another.
 	z *rand.Rand
-	y        *rand.Rand
-	pools    []*karpv1.NodePool
+	y *rand.Rand
+	// sched: the --scheduler-settings draws (gen_sched.go), another.
+	sched *rand.Rand
+	pools []*karpv1.NodePool
 	// reservedTypes: the types that got a reservation (gen_reserved.go).
 	reservedTypes []string
-	podSeq   int
-	base     time.Time
+	podSeq        int
+	base          time.Time
 }
 
 const (
@@ -405,8 +423,9 @@ func (g *gen) extras(spec *corev1.PodSpec, w *workload, earlier []*workload) {
 	}
 }
 
-func generateScenario(seed int64, idx int, extended, reserved, staticOverlay bool) *Scenario {
+func generateScenario(seed int64, idx int, extended, reserved, staticOverlay, schedSettings bool) *Scenario {
 	g := &gen{
+		sched:    rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + schedStreamID)),
 		z:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + staticStreamID)),
 		extended: extended,
 		y:        rand.New(rand.NewSource(seed*1_000_003 + int64(idx)*7919 + reservedStreamID)),
@@ -447,6 +466,13 @@ func generateScenario(seed int64, idx int, extended, reserved, staticOverlay boo
 	if reserved && g.y.Float64() < reservedShare {
 		g.reservations()
 	}
+	var sched schedPlan
+	if schedSettings {
+		sched = g.schedulerSettingsPlan()
+		if sched.minValues {
+			g.minValuesBestEffort(sc, &sched)
+		}
+	}
 	for _, np := range g.pools {
 		sc.NodePools = append(sc.NodePools, *np)
 	}
@@ -469,6 +495,12 @@ func generateScenario(seed int64, idx int, extended, reserved, staticOverlay boo
 	}
 	if staticOverlay && g.z.Float64() < nodeOverlayShare {
 		g.nodeOverlays(sc)
+	}
+	if sched.spread {
+		g.defaultSpread(sc, workloads)
+	}
+	if sched.family {
+		labelNodeFamilies(sc)
 	}
 	for _, w := range workloads {
 		sc.Pods = append(sc.Pods, w.pods...)

@@ -291,6 +291,18 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 	if len(sc.NodeOverlays) > 0 {
 		optsFields.FeatureGates.NodeOverlay = lo.ToPtr(true)
 	}
+	// --min-values-policy and --scheduler-config: the scheduler reads both from the options on
+	// the context (provisioning, and disruption's simulations through the same provisioner).
+	policy, err := sc.minValuesPolicy()
+	if err != nil {
+		return nil, err
+	}
+	optsFields.MinValuesPolicy = lo.ToPtr(policy)
+	schedCfg, err := sc.schedulerConfiguration()
+	if err != nil {
+		return nil, err
+	}
+	optsFields.SchedulerConfig = schedCfg
 	opts := test.Options(optsFields)
 	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), opts)
 
@@ -423,6 +435,53 @@ func build(sc *Scenario, cfg RunConfig) (*built, error) {
 		defaultNamespace(&pdb.ObjectMeta, "default")
 		defaultUID(&pdb.ObjectMeta, "pdb")
 		objs = append(objs, pdb)
+	}
+	// Services, ReplicaSets and StatefulSets: read (only) by the default topology-spread
+	// injector. Pods name their controller by ownerReferences; one that leaves the uid empty
+	// gets the uid of the owner it names, so the injector's per-owner cache (keyed by uid)
+	// never lumps two owners together.
+	ownerUIDs := map[string]types.UID{}
+	for i := range sc.Services {
+		svc := sc.Services[i].DeepCopy()
+		svc.ResourceVersion = ""
+		defaultNamespace(&svc.ObjectMeta, "default")
+		defaultUID(&svc.ObjectMeta, "service")
+		namespaces.Insert(svc.Namespace)
+		objs = append(objs, svc)
+	}
+	for i := range sc.ReplicaSets {
+		rs := sc.ReplicaSets[i].DeepCopy()
+		rs.ResourceVersion = ""
+		defaultNamespace(&rs.ObjectMeta, "default")
+		defaultUID(&rs.ObjectMeta, "replicaset")
+		ownerUIDs["ReplicaSet/"+rs.Namespace+"/"+rs.Name] = rs.UID
+		namespaces.Insert(rs.Namespace)
+		objs = append(objs, rs)
+	}
+	for i := range sc.StatefulSets {
+		ss := sc.StatefulSets[i].DeepCopy()
+		ss.ResourceVersion = ""
+		defaultNamespace(&ss.ObjectMeta, "default")
+		defaultUID(&ss.ObjectMeta, "statefulset")
+		ownerUIDs["StatefulSet/"+ss.Namespace+"/"+ss.Name] = ss.UID
+		namespaces.Insert(ss.Namespace)
+		objs = append(objs, ss)
+	}
+	for _, p := range append(append([]*corev1.Pod{}, boundPods...), pending...) {
+		for j := range p.OwnerReferences {
+			ref := &p.OwnerReferences[j]
+			if ref.APIVersion != "apps/v1" {
+				continue
+			}
+			uid, ok := ownerUIDs[ref.Kind+"/"+p.Namespace+"/"+ref.Name]
+			switch {
+			case !ok:
+			case ref.UID == "":
+				ref.UID = uid
+			case ref.UID != uid:
+				return nil, fmt.Errorf("pod %s: ownerReference %s/%s has uid %q, the %s has %q", podKey(p), ref.Kind, ref.Name, ref.UID, ref.Kind, uid)
+			}
+		}
 	}
 	for _, ns := range sets.List(namespaces) {
 		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/karpenter/pkg/apis/v1alpha1"
+	"sigs.k8s.io/karpenter/pkg/operator/options"
 )
 
 // Scenario is one input to the scheduler: the cluster as Karpenter's
@@ -42,6 +44,20 @@ type Scenario struct {
 	// they select. Giving any turns Karpenter's NodeOverlay feature gate on (alpha, off by
 	// default); without them the gate stays off, as in production.
 	NodeOverlays []v1alpha1.NodeOverlay `json:"nodeOverlays,omitempty"`
+	// MinValuesPolicy is the controller's --min-values-policy (MIN_VALUES_POLICY): "Strict"
+	// (the default, also when empty) or "BestEffort". Provisioning and disruption both see it.
+	MinValuesPolicy string `json:"minValuesPolicy,omitempty"`
+	// SchedulerConfig is the controller's --scheduler-config (SCHEDULER_CONFIG) document, as
+	// JSON: {"podTopologySpread": {"defaultConstraints": [core/v1 TopologySpreadConstraint]}}.
+	// Kept raw so that Karpenter's own options.ParseSchedulerConfiguration decodes (strictly)
+	// and validates it. Absent: none, as in production without the setting.
+	SchedulerConfig json.RawMessage `json:"schedulerConfig,omitempty"`
+	// Services, ReplicaSets and StatefulSets are only read by the default topology-spread
+	// injector (a pod's default selector comes from the Services selecting it and its
+	// controlling ReplicaSet / StatefulSet, named by the pod's metadata.ownerReferences).
+	Services     []corev1.Service     `json:"services,omitempty"`
+	ReplicaSets  []appsv1.ReplicaSet  `json:"replicaSets,omitempty"`
+	StatefulSets []appsv1.StatefulSet `json:"statefulSets,omitempty"`
 }
 
 // DisruptionSpec sets the disruption controller's clock and feature gate.
@@ -132,10 +148,68 @@ func readScenario(path string) (*Scenario, error) {
 	if err := json.Unmarshal(data, &sc); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if err := defaultConsolidateAfter(data, &sc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if err := sc.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &sc, nil
+}
+
+// defaultConsolidateAfter applies the NodePool CRD's default that the in-process oracle has no
+// apiserver for: in Karpenter v1.15 spec.disruption.consolidateAfter defaults to "0s" (and a
+// missing spec.disruption to {consolidateAfter: "0s"}). It has to look at the JSON, since
+// karpenter's NillableDuration decodes an absent value and an explicit "Never" alike (nil).
+func defaultConsolidateAfter(data []byte, sc *Scenario) error {
+	var raw struct {
+		NodePools []struct {
+			Spec struct {
+				Disruption struct {
+					ConsolidateAfter json.RawMessage `json:"consolidateAfter"`
+				} `json:"disruption"`
+			} `json:"spec"`
+		} `json:"nodePools"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("nodePools: %w", err)
+	}
+	for i := range raw.NodePools {
+		if i >= len(sc.NodePools) {
+			break
+		}
+		if v := raw.NodePools[i].Spec.Disruption.ConsolidateAfter; len(v) == 0 || string(v) == "null" {
+			sc.NodePools[i].Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("0s")
+		}
+	}
+	return nil
+}
+
+// schedulerConfiguration decodes and validates SchedulerConfig with Karpenter's own parser
+// (nil when the scenario has none).
+func (sc *Scenario) schedulerConfiguration() (*options.SchedulerConfiguration, error) {
+	raw := strings.TrimSpace(string(sc.SchedulerConfig))
+	if raw == "" || raw == "null" {
+		return nil, nil
+	}
+	cfg, err := options.ParseSchedulerConfiguration(raw)
+	if err != nil {
+		return nil, fmt.Errorf("schedulerConfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// minValuesPolicy is MinValuesPolicy with its default.
+func (sc *Scenario) minValuesPolicy() (options.MinValuesPolicy, error) {
+	switch p := options.MinValuesPolicy(sc.MinValuesPolicy); p {
+	case "":
+		return options.MinValuesPolicyStrict, nil
+	case options.MinValuesPolicyStrict, options.MinValuesPolicyBestEffort:
+		return p, nil
+	default:
+		return "", fmt.Errorf("minValuesPolicy: %q is neither %q nor %q", sc.MinValuesPolicy,
+			options.MinValuesPolicyStrict, options.MinValuesPolicyBestEffort)
+	}
 }
 
 // checkKeys rejects unknown fields in the parts of the format that are not
@@ -146,7 +220,8 @@ func checkKeys(data []byte) error {
 	if err := json.Unmarshal(data, &top); err != nil {
 		return err
 	}
-	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets", "pdbs", "disruption", "nodeOverlays"); err != nil {
+	if err := onlyKeys("scenario", top, "name", "description", "tags", "nodePools", "instanceTypes", "pods", "existingNodes", "daemonSets", "pdbs", "disruption", "nodeOverlays",
+		"minValuesPolicy", "schedulerConfig", "services", "replicaSets", "statefulSets"); err != nil {
 		return err
 	}
 	var its []map[string]json.RawMessage
@@ -210,6 +285,12 @@ func onlyKeys(what string, m map[string]json.RawMessage, allowed ...string) erro
 func (sc *Scenario) validate() error {
 	if sc.Name == "" {
 		return fmt.Errorf("scenario has no name")
+	}
+	if _, err := sc.minValuesPolicy(); err != nil {
+		return err
+	}
+	if _, err := sc.schedulerConfiguration(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, it := range sc.InstanceTypes {

@@ -110,7 +110,7 @@ enum Command {
     /// zone, $/h) the workloads would create, and which pods stay Pending and why
     /// (exit 1 if any).
     #[command(after_help = "Docs: docs/guide/plan.md")]
-    Plan(plan_cmd::PlanArgs),
+    Plan(Box<plan_cmd::PlanArgs>),
     /// The fleet, live: nodes (pool, type, capacity type, zone, age, $/h, CPU / memory / GPU
     /// requested of allocatable, state), pools with the use of their limits, NodeClaims in
     /// flight, Pending pods by plan's reason. Follows the cluster by watch; --once prints one
@@ -215,7 +215,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         Command::Verify(args) => verify_cmd::run(args),
         Command::Kubeconfig(args) => kubeconfig_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
-        Command::Plan(args) => plan_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(*args),
         Command::Top(args) => top::run(&args),
         Command::Token { command } => token_cmd::token(command),
         Command::CaHash(args) => token_cmd::ca_hash(args),

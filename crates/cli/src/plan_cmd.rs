@@ -124,6 +124,16 @@ pub struct PlanArgs {
     /// spreads are dropped instead of tried first.
     #[arg(long)]
     ignore_preferences: bool,
+    /// Karpenter's settings.minValuesPolicy (Strict, BestEffort). Default: what the pools'
+    /// bundle says (its karpenter/values.yaml, or the spec's), else Strict.
+    #[arg(long, value_name = "POLICY", value_parser = ["Strict", "BestEffort"])]
+    min_values_policy: Option<String>,
+    /// Karpenter's SCHEDULER_CONFIG (a file of YAML: podTopologySpread.defaultConstraints):
+    /// pods without topology spread constraints of their own get these, with the selector
+    /// deduced from their Services and ReplicaSet/StatefulSet. Default: what the pools'
+    /// bundle says, else none.
+    #[arg(long, value_name = "FILE")]
+    scheduler_config: Option<String>,
     /// Also write the plan as one self-contained HTML page (no network): NodeClaims drawn to
     /// scale with their pods, Pending pods by reason, $/h per NodePool; click a pod for its
     /// --explain text (the first 200 pods, Pending ones first).
@@ -156,6 +166,7 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     for p in &args.capacity_reservations {
         reservation_files.extend(read_inputs(p)?.into_iter().map(as_source));
     }
+    let settings = karpenter_settings(&args, &pool_files)?;
     let opts = LoadOptions {
         scale: args.scale.clone(),
         zones: args.zones.clone(),
@@ -163,8 +174,11 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
         reservations: reservation_files,
         options: kk_sim::Options {
             ignore_preferences: args.ignore_preferences,
+            min_values_policy: settings.min_values_policy.unwrap_or_default(),
             ..kk_sim::Options::default()
         },
+        default_spread: settings.default_spread.unwrap_or_default(),
+        owners: Vec::new(),
     };
     let input = kk_sim::load(&pool_files, &workload_files, &node_files, &opts)
         .map_err(|errors| sources::problems(&errors, "in the inputs; nothing planned"))?;
@@ -233,6 +247,40 @@ fn as_source(s: sources::NamedSource) -> SourceFile {
 }
 
 /// An ElasticCluster spec becomes its rendered bundle's YAML files (`<spec>#<bundle path>`).
+/// Karpenter's scheduling settings for the plan: the flags, else the Karpenter values among
+/// the pool files (a rendered bundle's `karpenter/values.yaml`, or the spec's, rendered).
+fn karpenter_settings(
+    args: &PlanArgs,
+    pool_files: &[SourceFile],
+) -> Result<kk_sim::input::settings::KarpenterSettings, Failure> {
+    let mut settings = kk_sim::input::settings::KarpenterSettings::default();
+    if let Some(values) = pool_files
+        .iter()
+        .find(|f| f.name.ends_with("karpenter/values.yaml"))
+    {
+        let docs = kk_model::yaml::load_documents_unlocated(
+            &values.text,
+            kk_model::yaml::LoadLimits::default(),
+        )
+        .map_err(|e| Failure(format!("{}: {}", values.name, e.message)))?;
+        if let Some(doc) = docs.first() {
+            settings = kk_sim::input::settings::from_values(&doc.value)
+                .map_err(|e| Failure(format!("{}: {e}", values.name)))?;
+        }
+    }
+    if let Some(policy) = &args.min_values_policy {
+        settings.min_values_policy = kk_sim::MinValuesPolicy::parse(policy);
+    }
+    if let Some(path) = &args.scheduler_config {
+        let text = sources::read_text(std::path::Path::new(path), path)?;
+        settings.default_spread = Some(
+            kk_sim::input::settings::scheduler_config(&text)
+                .map_err(|e| Failure(format!("--scheduler-config {path}: {e}")))?,
+        );
+    }
+    Ok(settings)
+}
+
 fn expand_spec(input: sources::NamedSource) -> Result<Vec<SourceFile>, Failure> {
     if input.spec.is_none() {
         return Ok(vec![as_source(input)]);

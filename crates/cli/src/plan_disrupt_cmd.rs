@@ -38,6 +38,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
             files.extend(expand_spec(f)?);
         }
     }
+    let settings = super::karpenter_settings(args, &files)?;
     let opts = LoadOptions {
         scale: Vec::new(),
         zones: args.zones.clone(),
@@ -45,8 +46,11 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         reservations: Vec::new(),
         options: kk_sim::Options {
             ignore_preferences: args.ignore_preferences,
+            min_values_policy: settings.min_values_policy.unwrap_or_default(),
             ..kk_sim::Options::default()
         },
+        default_spread: settings.default_spread.unwrap_or_default(),
+        owners: Vec::new(),
     };
     let mut state = disrupt::load(&files, &opts, None)
         .map_err(|errors| crate::sources::problems(&errors, "in the inputs; nothing simulated"))?;

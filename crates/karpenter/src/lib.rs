@@ -3,7 +3,8 @@
 //! minValues, Karpenter's `Compatible`/`Intersects`), taints and tolerations ([`taint`]: every
 //! operator and effect, Kubernetes' `ToleratesTaint`), and the label keys and domains Karpenter
 //! treats specially ([`labels`]: well-known labels, deprecated aliases, restricted domains),
-//! NodePool durations ([`duration`]: Go's syntax, and the narrower form the CRD admits), and
+//! NodePool durations ([`duration`]: Go's syntax, and the narrower form the CRD admits), the
+//! checks on default topology spread constraints ([`default_spread`]), and
 //! what drift covers ([`drift`]: the reasons, the fields Karpenter's static-drift hashes cover).
 //!
 //! It owns the *rules*, not the inputs: it must not read files, parse manifests, know about
@@ -13,6 +14,7 @@
 
 pub mod ami;
 pub mod budget;
+pub mod default_spread;
 pub mod drift;
 pub mod duration;
 pub mod error;

@@ -461,6 +461,14 @@ impl Requirements {
         self.0.is_empty()
     }
 
+    /// Sets `key`'s `minValues` as given, lower or higher (Karpenter's BestEffort policy lowers
+    /// a claim's to what its instance types offer); nothing for a key not required.
+    pub fn set_min_values(&mut self, key: &str, min_values: usize) {
+        if let Some(r) = self.0.get_mut(key) {
+            r.min_values = Some(min_values);
+        }
+    }
+
     pub fn has_min_values(&self) -> bool {
         self.0.values().any(|r| r.min_values.is_some())
     }

@@ -53,6 +53,7 @@
 //! | KK042 | nodepool  | repeated-requirement-key                                           |
 //! | KK043 | nodepool  | zero-budget-always-active                                          |
 //! | KK044 | nodeclass | empty-selector-term                                                |
+//! | KK045 | values    | scheduler-defaults-mismatch                                        |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -104,6 +105,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodepool::repeated_requirement_key::RepeatedRequirementKey,
     &rules::nodepool::zero_budget_without_schedule::ZeroBudgetAlwaysActive,
     &rules::nodeclass::empty_selector_term::EmptySelectorTerm,
+    &rules::values::scheduler_defaults::SchedulerDefaultsMismatch,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

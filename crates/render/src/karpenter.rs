@@ -70,6 +70,17 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
         values["hostNetwork"] = json!(true);
         values["dnsPolicy"] = json!("Default");
     }
+    if let Some(scheduler) = &spec.scheduler {
+        // Karpenter parses the text strictly (YAML; JSON is YAML): the same list Kubespray
+        // gives kube-scheduler, so both place pods without constraints alike.
+        let config = scheduler.karpenter_config().to_string();
+        if let Some(env) = values["controller"]["env"].as_array_mut() {
+            env.push(json!({ "name": "SCHEDULER_CONFIG", "value": config }));
+        }
+    }
+    if let Some(policy) = k.min_values_policy {
+        values["settings"]["minValuesPolicy"] = json!(policy.as_str());
+    }
     if let Some(monitoring) = crate::monitoring::enabled(cluster) {
         // The chart's own ServiceMonitor (`serviceMonitor.enabled`, chart v1.14), carrying the
         // labels the operator's Prometheus selects monitors by.
@@ -79,6 +90,32 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
         });
     }
     values
+}
+
+/// The bundle file granting Karpenter list and watch on Services (`spec.scheduler` only).
+pub const SERVICES_READER_FILE: &str = "cloud/karpenter-services-reader.yaml";
+const SERVICES_READER: &str = "kubean-karpenter:karpenter-services-reader";
+
+/// Karpenter deduces a pod's default-spread selector from the Services selecting it (core
+/// v1.15 `defaultconstraints.go`) through a cluster-wide watch; the chart's ClusterRole grants
+/// Services nowhere but `get` in kube-system. Read only, nothing else.
+fn services_reader(cluster: &ElasticCluster) -> [Value; 2] {
+    let labels = json!({ crate::names::MANAGED_BY.0: crate::names::MANAGED_BY.1 });
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": { "name": SERVICES_READER, "labels": labels },
+            "rules": [{ "apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"] }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": { "name": SERVICES_READER, "labels": labels },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SERVICES_READER },
+            "subjects": [{ "kind": "ServiceAccount", "name": "karpenter", "namespace": cluster.spec.karpenter.namespace }],
+        }),
+    ]
 }
 
 /// Karpenter's namespace, before Helm (step 5) would create it (the bundle's objects for it,
@@ -101,5 +138,8 @@ pub fn render(
         &format!("namespaces/{}.yaml", cluster.spec.karpenter.namespace),
         &[namespace(cluster)],
     )?;
+    if cluster.spec.scheduler.is_some() {
+        bundle.add_yaml(SERVICES_READER_FILE, &services_reader(cluster))?;
+    }
     bundle.add_release(crate::helm::karpenter(cluster), values(cluster, ca))
 }

@@ -110,6 +110,13 @@ pub fn group_vars(cluster: &ElasticCluster) -> Value {
         for (key, value) in offline_vars(cluster) {
             map.insert(key.into(), value);
         }
+        // kube-scheduler's default topology spread; Karpenter gets the same list.
+        if let Some(scheduler) = &spec.scheduler {
+            map.insert(
+                "kube_scheduler_profiles".into(),
+                scheduler.kube_scheduler_profiles(),
+            );
+        }
     }
     vars
 }

@@ -224,6 +224,14 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         karpenter.version,
         karpenter.command_line()
     );
+    if spec.scheduler.is_some() {
+        let _ = writeln!(
+            w,
+            "   **Default topology spread.** Karpenter mirrors kube-scheduler's default constraints (`SCHEDULER_CONFIG` in `{}`, the same list as `kube_scheduler_profiles` in `kubean/`); it deduces each pod's selector from the Services that select it, which its chart cannot list: apply `{}` (list and watch on Services for Karpenter's service account).",
+            crate::helm::KARPENTER_VALUES,
+            crate::karpenter::SERVICES_READER_FILE,
+        );
+    }
     // The bare device plugin is a manifest in gpu/; the operator is a Helm release (plus its
     // time-slicing configs in gpu/, when a pool shares).
     let operator = bundle

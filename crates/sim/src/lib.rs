@@ -50,4 +50,4 @@ pub mod topology;
 pub use input::{InputError, LoadOptions, SourceFile, load, load_with_catalog};
 pub use plan::{Explanation, Plan, explain, simulate, solve};
 pub use req::{Operator, Requirement, Requirements};
-pub use solver::{Input, Options};
+pub use solver::{Input, MinValuesPolicy, Options};

@@ -50,6 +50,10 @@ pub struct ClusterSpec {
     pub iam_authenticator: Option<IamAuthenticator>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuStack>,
+    /// Scheduling defaults kube-scheduler and Karpenter share, so that the nodes Karpenter
+    /// launches are the ones the scheduler then binds pods to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<Scheduler>,
     pub pools: Vec<Pool>,
     /// How `apply` reaches the new cluster (everything but `kubean/`); its kubeconfig is the one
     /// Kubean stores in the `<cluster>-kubeconf` ConfigMap. Command-line flags win.
@@ -351,6 +355,79 @@ pub struct Karpenter {
     /// not named keep the chart's default ([`crate::feature_gates::GATES`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub feature_gates: BTreeMap<String, bool>,
+    /// What Karpenter does when a pool's instance types cannot meet a `minValues`
+    /// (`settings.minValuesPolicy`): `Strict` (the chart's default) launches nothing,
+    /// `BestEffort` launches with the minValues lowered to what the types offer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_values_policy: Option<MinValuesPolicy>,
+}
+
+/// Karpenter's `settings.minValuesPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MinValuesPolicy {
+    Strict,
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MinValuesPolicy::Strict => "Strict",
+            MinValuesPolicy::BestEffort => "BestEffort",
+        }
+    }
+}
+
+/// `scheduler`: kube-scheduler's default topology spread (Kubespray's `kube_scheduler_profiles`,
+/// `defaultingType: List`) and Karpenter's mirror of it (`SCHEDULER_CONFIG`, core v1.15).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scheduler {
+    /// Given to every pod without topology spread constraints of its own, with the selector
+    /// both schedulers deduce from its Services and its ReplicaSet or StatefulSet. No
+    /// `labelSelector` or `matchLabelKeys`: Karpenter refuses them in defaults.
+    #[serde(default)]
+    pub default_constraints: Vec<DefaultSpreadConstraint>,
+}
+
+/// One default topology spread constraint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefaultSpreadConstraint {
+    pub max_skew: i32,
+    /// `topology.kubernetes.io/zone`, `kubernetes.io/hostname`, ...
+    pub topology_key: String,
+    /// `DoNotSchedule` or `ScheduleAnyway`. Karpenter treats ScheduleAnyway as required until
+    /// a pod cannot be placed, then relaxes it; kube-scheduler only scores it.
+    pub when_unsatisfiable: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_domains: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_affinity_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_taints_policy: Option<String>,
+}
+
+impl Scheduler {
+    /// Karpenter's `SCHEDULER_CONFIG` document (`podTopologySpread.defaultConstraints`).
+    pub fn karpenter_config(&self) -> serde_json::Value {
+        serde_json::json!({ "podTopologySpread": { "defaultConstraints": self.default_constraints } })
+    }
+
+    /// Kubespray's `kube_scheduler_profiles`: the default profile with PodTopologySpread's
+    /// `List` defaulting (kube-scheduler's v1 config refuses constraints under `System`).
+    pub fn kube_scheduler_profiles(&self) -> serde_json::Value {
+        serde_json::json!([{
+            "schedulerName": "default-scheduler",
+            "pluginConfig": [{
+                "name": "PodTopologySpread",
+                "args": {
+                    "defaultingType": "List",
+                    "defaultConstraints": self.default_constraints,
+                },
+            }],
+        }])
+    }
 }
 
 impl Default for Karpenter {
@@ -362,6 +439,7 @@ impl Default for Karpenter {
             interruption_queue: None,
             isolated_vpc: false,
             feature_gates: BTreeMap::new(),
+            min_values_policy: None,
         }
     }
 }

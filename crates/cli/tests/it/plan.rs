@@ -443,3 +443,90 @@ fn a_bad_reservations_file_is_one_located_error() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The spec's scheduler defaults reach `plan` through its rendered Karpenter values: the
+/// Deployment's pods (selector from their ReplicaSet) spread one per zone, ScheduleAnyway held
+/// as Karpenter holds it until a pod cannot be placed; the Job's pods have no selector to
+/// deduce and, alone, share one node. `--scheduler-config` with no constraints turns it off.
+#[test]
+fn scheduler_defaults_from_the_spec_spread_pods_without_constraints_of_their_own() {
+    let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/specs/scheduler-defaults.yaml")
+        .display()
+        .to_string();
+    let work = fixture("default-spread.yaml");
+    let zones_of = |out: &str, owner: &str| {
+        let v: serde_json::Value = serde_json::from_str(out).unwrap();
+        let mut zones: Vec<String> = v["nodeClaims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                c["pods"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p.as_str().unwrap().starts_with(owner))
+            })
+            .map(|c| c["zone"].as_str().unwrap().to_owned())
+            .collect();
+        zones.sort();
+        zones
+    };
+    let (code, out, err) = plan(&["-f", &spec, "-w", &work, "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        zones_of(&out, "shop/web-"),
+        ["us-east-1a", "us-east-1b", "us-east-1c"],
+        "{out}"
+    );
+    // Alone, the Job's pods share one node: no selector to deduce, no defaults.
+    let (code, out, err) = plan(&[
+        "-f",
+        &spec,
+        "-w",
+        &work,
+        "-o",
+        "json",
+        "--scale",
+        "shop/deploy/web=0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(zones_of(&out, "shop/report-").len(), 1, "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let none = dir.path().join("none.yaml");
+    std::fs::write(&none, "podTopologySpread: {defaultConstraints: []}\n").unwrap();
+    let (code, out, err) = plan(&[
+        "-f",
+        &spec,
+        "-w",
+        &work,
+        "-o",
+        "json",
+        "--scheduler-config",
+        none.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(zones_of(&out, "shop/web-").len(), 1, "{out}");
+
+    // Karpenter refuses a selector in a default; so does plan, naming the field.
+    std::fs::write(
+        &none,
+        "podTopologySpread:\n  defaultConstraints:\n    - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {a: b}}}\n",
+    )
+    .unwrap();
+    let (code, _, err) = plan(&[
+        "-f",
+        &spec,
+        "-w",
+        &work,
+        "--scheduler-config",
+        none.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("defaultConstraints[0].labelSelector: not allowed"),
+        "{err}"
+    );
+}

@@ -80,8 +80,24 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
         name: "scenario.json".into(),
         docs: vec![Document::parsed(list)],
     };
-    let state = load_parsed(&[file], Vec::new(), &LoadOptions::default(), Some(catalog))
-        .map_err(ScenarioError::Load)?;
+    let min_values_policy = match v.get("minValuesPolicy") {
+        None | Some(Value::Null) => crate::solver::MinValuesPolicy::Strict,
+        Some(p) => p
+            .as_str()
+            .and_then(crate::solver::MinValuesPolicy::parse)
+            .ok_or_else(|| {
+                ScenarioError::Invalid(format!("minValuesPolicy: {p} is not Strict or BestEffort"))
+            })?,
+    };
+    let load = LoadOptions {
+        options: crate::solver::Options {
+            min_values_policy,
+            ..crate::solver::Options::default()
+        },
+        ..LoadOptions::default()
+    };
+    let state =
+        load_parsed(&[file], Vec::new(), &load, Some(catalog)).map_err(ScenarioError::Load)?;
     let d = v
         .get("disruption")
         .ok_or_else(|| ScenarioError::Invalid("scenario has no \"disruption\" section".into()))?;

@@ -1,11 +1,12 @@
 //! Manifests → [`Input`]: NodePools and EC2NodeClasses, workloads (Deployment, StatefulSet,
-//! ReplicaSet, Job, Pod, DaemonSet), existing Nodes. Every error names the file, the position
-//! and the field.
+//! ReplicaSet, Job, Pod, DaemonSet), Services (for default topology spread), existing Nodes.
+//! Every error names the file, the position and the field.
 //!
 //! `read.rs` holds what every reader shares (located errors, quantities, taints, selectors);
 //! `pools.rs` NodePools and EC2NodeClasses; `workloads.rs` workloads, `--scale` and the
 //! expansion into pods; `pods.rs` a pod spec; `nodes.rs` existing Nodes; `reservations.rs`
-//! capacity reservations (`describe-capacity-reservations` output).
+//! capacity reservations (`describe-capacity-reservations` output); `default_spread.rs`
+//! Karpenter's default topology spread constraints.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -14,18 +15,22 @@ use kk_catalog::{Catalog, KubeletOverrides, OfferingConfig};
 use kk_model::yaml::{Document, Pos};
 use serde_json::Value;
 
-use crate::model::{Node, Pool};
+use crate::model::{Node, Pool, SpreadConstraint};
 use crate::solver::{Input, Options};
 
+mod default_spread;
 mod nodes;
 mod overlays;
 mod pods;
 mod pools;
 mod read;
 mod reservations;
+pub mod settings;
 mod static_pools;
 mod workloads;
 
+pub use default_spread::{OwnerSelector, default_constraints};
+pub use read::selector as label_selector;
 pub use static_pools::add_static_nodes;
 
 use read::{Ctx, join, kind_of, objects, parse_documents, stringify_quantities};
@@ -66,6 +71,11 @@ pub struct LoadOptions {
     /// `reserved` offerings, offered to every NodePool that allows `reserved`.
     pub reservations: Vec<SourceFile>,
     pub options: Options,
+    /// Karpenter's default topology spread constraints (`--scheduler-config`), without
+    /// selectors: given to each pod without constraints of its own (`default_spread`).
+    pub default_spread: Vec<SpreadConstraint>,
+    /// ReplicaSets and StatefulSets known only as the owners pods point at.
+    pub owners: Vec<OwnerSelector>,
 }
 
 /// Reads pools (NodePools + EC2NodeClasses; other kinds are skipped, so a rendered bundle
@@ -231,6 +241,7 @@ struct Reader {
     pools: Vec<(Pool, String, String, Pos)>,
     classes: BTreeMap<String, KubeletOverrides>,
     workloads: Vec<Workload>,
+    services: Vec<default_spread::ServiceSelector>,
     nodes: Vec<Node>,
     node_overlays: Vec<overlays::Overlay>,
 }
@@ -294,6 +305,16 @@ impl Reader {
                 self.workloads
                     .extend(workloads::read_workload(&mut ctx, prefix, owned(value), warnings));
             }
+            "Service" => {
+                let service: Option<k8s_openapi::api::core::v1::Service> =
+                    ctx.typed(owned(value));
+                if let Some(service) = service {
+                    self.services.push(default_spread::ServiceSelector {
+                        namespace: read::namespace(&service.metadata),
+                        selector: service.spec.and_then(|s| s.selector).unwrap_or_default(),
+                    });
+                }
+            }
             "" if role != Role::Pools => ctx.err(&join(prefix, "kind"), "missing kind"),
             other if role == Role::Workloads => warnings.push(format!(
                 "{file}: {other} is not a workload the planner reads; skipped"
@@ -319,10 +340,17 @@ impl Reader {
             pools,
             classes,
             mut workloads,
+            services,
             nodes,
             node_overlays,
         } = self;
         workloads::apply_scale(&opts.scale, &mut workloads, &mut errors);
+        default_spread::inject(
+            &mut workloads,
+            &services,
+            &opts.owners,
+            &opts.default_spread,
+        );
         let mut out_pools = pools::attach_classes(pools, &classes, &mut errors, &mut warnings);
         overlays::apply(node_overlays, &mut out_pools, &catalog, &mut warnings);
         let Some((pods, daemonsets, bound)) = workloads::expand(workloads, &mut errors) else {

@@ -272,70 +272,62 @@ fn spread_constraints(ctx: &mut Ctx, field: &str, spec: &core::PodSpec) -> Vec<S
         .flatten()
         .enumerate()
     {
-        let f = join(field, &format!("topologySpreadConstraints[{i}]"));
-        let required = match c.when_unsatisfiable.as_str() {
-            "DoNotSchedule" => true,
-            "ScheduleAnyway" => false,
-            other => {
-                ctx.err(
-                    &format!("{f}.whenUnsatisfiable"),
-                    format!("{other:?} is not DoNotSchedule or ScheduleAnyway"),
-                );
-                continue;
-            }
-        };
-        if c.max_skew < 1 {
-            ctx.err(&format!("{f}.maxSkew"), "must be at least 1");
-            continue;
+        match spread_constraint(c) {
+            Ok(c) => spread.push(c),
+            Err((name, message)) => ctx.err(
+                &join(field, &format!("topologySpreadConstraints[{i}]{name}")),
+                message,
+            ),
         }
-        let policy =
-            |ctx: &mut Ctx, name: &str, v: &Option<String>, default: Policy| match v.as_deref() {
-                None => Some(default),
-                Some("Honor") => Some(Policy::Honor),
-                Some("Ignore") => Some(Policy::Ignore),
-                Some(other) => {
-                    ctx.err(
-                        &format!("{f}.{name}"),
-                        format!("{other:?} is not Honor or Ignore"),
-                    );
-                    None
-                }
-            };
-        let (Some(node_affinity_policy), Some(node_taints_policy)) = (
-            policy(
-                ctx,
-                "nodeAffinityPolicy",
-                &c.node_affinity_policy,
-                Policy::Honor,
-            ),
-            policy(
-                ctx,
-                "nodeTaintsPolicy",
-                &c.node_taints_policy,
-                Policy::Ignore,
-            ),
-        ) else {
-            continue;
-        };
-        let sel = match c.label_selector.as_ref().map(selector).transpose() {
-            Ok(s) => s,
-            Err(e) => {
-                ctx.err(&format!("{f}.labelSelector"), e);
-                continue;
-            }
-        };
-        spread.push(SpreadConstraint {
-            max_skew: c.max_skew,
-            topology_key: c.topology_key.clone(),
-            required,
-            selector: sel,
-            min_domains: c.min_domains,
-            node_affinity_policy,
-            node_taints_policy,
-            match_label_keys: c.match_label_keys.clone().unwrap_or_default(),
-        });
     }
     spread
+}
+
+/// One topology spread constraint, or the field under it (`.maxSkew`) and what is wrong.
+pub(super) fn spread_constraint(
+    c: &core::TopologySpreadConstraint,
+) -> Result<SpreadConstraint, (String, String)> {
+    let required = match c.when_unsatisfiable.as_str() {
+        "DoNotSchedule" => true,
+        "ScheduleAnyway" => false,
+        other => {
+            return Err((
+                ".whenUnsatisfiable".into(),
+                format!("{other:?} is not DoNotSchedule or ScheduleAnyway"),
+            ));
+        }
+    };
+    if c.max_skew < 1 {
+        return Err((".maxSkew".into(), "must be at least 1".into()));
+    }
+    let policy = |name: &str, v: &Option<String>, default: Policy| match v.as_deref() {
+        None => Ok(default),
+        Some("Honor") => Ok(Policy::Honor),
+        Some("Ignore") => Ok(Policy::Ignore),
+        Some(other) => Err((
+            format!(".{name}"),
+            format!("{other:?} is not Honor or Ignore"),
+        )),
+    };
+    let node_affinity_policy =
+        policy("nodeAffinityPolicy", &c.node_affinity_policy, Policy::Honor)?;
+    let node_taints_policy = policy("nodeTaintsPolicy", &c.node_taints_policy, Policy::Ignore)?;
+    let sel = c
+        .label_selector
+        .as_ref()
+        .map(selector)
+        .transpose()
+        .map_err(|e| (".labelSelector".to_owned(), e))?;
+    Ok(SpreadConstraint {
+        max_skew: c.max_skew,
+        topology_key: c.topology_key.clone(),
+        required,
+        selector: sel,
+        min_domains: c.min_domains,
+        node_affinity_policy,
+        node_taints_policy,
+        match_label_keys: c.match_label_keys.clone().unwrap_or_default(),
+    })
 }
 
 /// A pod spec → [`Pod`]; `None` when any field is in error (each recorded in `ctx`).

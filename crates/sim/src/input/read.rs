@@ -172,7 +172,7 @@ pub(super) fn namespace(
     meta.namespace.clone().unwrap_or_else(|| "default".into())
 }
 
-pub(super) fn selector(
+pub fn selector(
     s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Result<LabelSelector, String> {
     let mut out = LabelSelector {

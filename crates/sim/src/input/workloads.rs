@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1 as core;
 use kk_model::yaml::Pos;
 use serde_json::Value;
 
+use super::default_spread::{Controller, counts};
 use super::pods::pod_from_spec;
 use super::read::{Ctx, join, kind_of, namespace};
 use super::{InputError, MAX_PODS};
@@ -17,15 +18,51 @@ use crate::model::Pod;
 /// A workload as read: its pod template and how many replicas it asks for.
 pub(super) struct Workload {
     kind: &'static str,
-    namespace: String,
-    name: String,
+    pub(super) namespace: String,
+    pub(super) name: String,
     replicas: i64,
     file: String,
     field: String,
     pos: Pos,
-    template: Option<Pod>,
-    daemon: bool,
+    pub(super) template: Option<Pod>,
+    pub(super) daemon: bool,
     node_name: Option<String>,
+    /// The controller whose selector default topology spread takes (`default_spread`).
+    pub(super) controller: Option<Controller>,
+}
+
+impl Workload {
+    /// The Kubernetes kind a pod's `ownerReference` names this workload by.
+    pub(super) fn controller_kind(&self) -> &'static str {
+        match self.kind {
+            "rs" => "ReplicaSet",
+            "sts" => "StatefulSet",
+            "deploy" => "Deployment",
+            "job" => "Job",
+            "ds" => "DaemonSet",
+            _ => "Pod",
+        }
+    }
+}
+
+/// The controller a workload's pods count for default topology spread: a ReplicaSet's or
+/// StatefulSet's own selector (a Deployment's stands for its ReplicaSet's); Jobs count none.
+fn own_controller(
+    ctx: &mut Ctx,
+    prefix: &str,
+    short: &str,
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> Option<Controller> {
+    if !matches!(short, "deploy" | "rs" | "sts") {
+        return None;
+    }
+    match super::read::selector(selector?) {
+        Ok(s) => Some(Controller::Own(s)),
+        Err(e) => {
+            ctx.err(&join(prefix, "spec.selector"), e);
+            None
+        }
+    }
 }
 
 fn created_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
@@ -41,7 +78,7 @@ pub(super) fn read_workload(
 ) -> Option<Workload> {
     let kind = kind_of(&value).to_owned();
     macro_rules! templated {
-        ($ty:ty, $short:expr, $r:ident => $replicas:expr, $t:ident => $tmpl:expr) => {{
+        ($ty:ty, $short:expr, $r:ident => $replicas:expr, $t:ident => $tmpl:expr, $sl:ident => $sel:expr) => {{
             let obj: $ty = ctx.typed(value)?;
             let name = obj.metadata.name.clone().unwrap_or_default();
             if name.is_empty() {
@@ -62,6 +99,8 @@ pub(super) fn read_workload(
             let created = created_of(&obj.metadata);
             let owner = format!("{}/{}", $short, name);
             let pspec = tmpl.spec.as_ref()?;
+            let $sl = spec;
+            let controller = own_controller(ctx, prefix, $short, $sel);
             let pod = pod_from_spec(
                 ctx,
                 &join(prefix, "spec.template.spec"),
@@ -73,24 +112,24 @@ pub(super) fn read_workload(
                 pspec,
                 warnings,
             )?;
-            Some((ns, name, replicas, pod))
+            Some((ns, name, replicas, pod, controller))
         }};
     }
     let (k, daemon, res) = match kind.as_str() {
         "Deployment" => (
             "deploy",
             false,
-            templated!(Deployment, "deploy", s => i64::from(s.replicas.unwrap_or(1)), s => Some(&s.template)),
+            templated!(Deployment, "deploy", s => i64::from(s.replicas.unwrap_or(1)), s => Some(&s.template), s => Some(&s.selector)),
         ),
         "StatefulSet" => (
             "sts",
             false,
-            templated!(StatefulSet, "sts", s => i64::from(s.replicas.unwrap_or(1)), s => Some(&s.template)),
+            templated!(StatefulSet, "sts", s => i64::from(s.replicas.unwrap_or(1)), s => Some(&s.template), s => Some(&s.selector)),
         ),
         "ReplicaSet" => (
             "rs",
             false,
-            templated!(ReplicaSet, "rs", s => i64::from(s.replicas.unwrap_or(1)), s => s.template.as_ref()),
+            templated!(ReplicaSet, "rs", s => i64::from(s.replicas.unwrap_or(1)), s => s.template.as_ref(), s => Some(&s.selector)),
         ),
         "Job" => (
             "job",
@@ -98,12 +137,12 @@ pub(super) fn read_workload(
             templated!(Job, "job", s => {
             let p = i64::from(s.parallelism.unwrap_or(1));
             s.completions.map_or(p, |c| p.min(i64::from(c)))
-        }, s => Some(&s.template)),
+        }, s => Some(&s.template), s => s.selector.as_ref()),
         ),
         "DaemonSet" => (
             "ds",
             true,
-            templated!(DaemonSet, "ds", _s => 1, s => Some(&s.template)),
+            templated!(DaemonSet, "ds", _s => 1, s => Some(&s.template), s => Some(&s.selector)),
         ),
         "Pod" => {
             let obj: core::Pod = ctx.typed(value)?;
@@ -135,6 +174,17 @@ pub(super) fn read_workload(
                 warnings,
             )?;
             let node_name = spec.node_name.clone().filter(|n| !n.is_empty());
+            let controller = obj
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true) && counts(&o.kind))
+                .map(|o| Controller::Reference {
+                    kind: o.kind.clone(),
+                    name: o.name.clone(),
+                    uid: Some(o.uid.clone()).filter(|u| !u.is_empty()),
+                });
             return Some(Workload {
                 kind: "pod",
                 namespace: ns,
@@ -146,11 +196,12 @@ pub(super) fn read_workload(
                 template: Some(pod),
                 daemon: false,
                 node_name,
+                controller,
             });
         }
         _ => return None,
     };
-    let (namespace, name, replicas, pod) = res?;
+    let (namespace, name, replicas, pod, controller) = res?;
     Some(Workload {
         kind: k,
         namespace,
@@ -162,6 +213,7 @@ pub(super) fn read_workload(
         template: Some(pod),
         daemon,
         node_name: None,
+        controller,
     })
 }
 

@@ -290,6 +290,96 @@ struct RawScenario<'a> {
     pods: Option<&'a RawValue>,
     #[serde(borrow, rename = "existingNodes")]
     existing_nodes: Option<&'a RawValue>,
+    #[serde(borrow, rename = "minValuesPolicy")]
+    min_values_policy: Option<&'a RawValue>,
+    #[serde(borrow, rename = "schedulerConfig")]
+    scheduler_config: Option<&'a RawValue>,
+    #[serde(borrow)]
+    services: Option<&'a RawValue>,
+    #[serde(borrow, rename = "replicaSets")]
+    replica_sets: Option<&'a RawValue>,
+    #[serde(borrow, rename = "statefulSets")]
+    stateful_sets: Option<&'a RawValue>,
+}
+
+/// The scheduler's settings a scenario sets, and the objects only its default topology spread
+/// reads (Services, and the ReplicaSets and StatefulSets its pods name as owners).
+#[derive(Default)]
+struct Settings {
+    min_values_policy: crate::solver::MinValuesPolicy,
+    default_spread: Vec<crate::model::SpreadConstraint>,
+    services: Vec<Value>,
+    owners: Vec<crate::input::OwnerSelector>,
+}
+
+impl Settings {
+    fn read(
+        min_values_policy: &Value,
+        scheduler_config: &Value,
+        services: Vec<Value>,
+        replica_sets: Vec<Value>,
+        stateful_sets: Vec<Value>,
+    ) -> Result<Settings, ScenarioError> {
+        let min_values_policy = match min_values_policy {
+            Value::Null => crate::solver::MinValuesPolicy::Strict,
+            Value::String(s) => crate::solver::MinValuesPolicy::parse(s).ok_or_else(|| {
+                ScenarioError::Invalid(format!(
+                    "minValuesPolicy: {s:?} is not Strict or BestEffort"
+                ))
+            })?,
+            other => {
+                return Err(ScenarioError::Invalid(format!(
+                    "minValuesPolicy: {other} is not Strict or BestEffort"
+                )));
+            }
+        };
+        let default_spread = match scheduler_config {
+            Value::Null => Vec::new(),
+            config => crate::input::default_constraints(config)
+                .map_err(|e| ScenarioError::Invalid(format!("schedulerConfig: {e}")))?,
+        };
+        let mut owners = Vec::new();
+        for (kind, items) in [("ReplicaSet", replica_sets), ("StatefulSet", stateful_sets)] {
+            for item in items {
+                owners.push(owner(kind, &item)?);
+            }
+        }
+        Ok(Settings {
+            min_values_policy,
+            default_spread,
+            services: services
+                .into_iter()
+                .map(|s| with_kind(s, "v1", "Service"))
+                .collect(),
+            owners,
+        })
+    }
+}
+
+/// A ReplicaSet or StatefulSet as the owner its pods point at: namespace, name, UID, selector.
+fn owner(kind: &str, v: &Value) -> Result<crate::input::OwnerSelector, ScenarioError> {
+    let bad = |why: String| ScenarioError::Invalid(format!("{kind}: {why}"));
+    let meta = v.get("metadata").cloned().unwrap_or(Value::Null);
+    let text = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+    let name = text("name").ok_or_else(|| bad("without metadata.name".into()))?;
+    let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector = v
+        .pointer("/spec/selector")
+        .cloned()
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|e| bad(format!("{name}: spec.selector: {e}")))?
+        .ok_or_else(|| bad(format!("{name}: without spec.selector")))?;
+    let selector = crate::input::label_selector(&selector)
+        .map_err(|e| bad(format!("{name}: spec.selector: {e}")))?;
+    Ok(crate::input::OwnerSelector {
+        namespace: text("namespace")
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into()),
+        kind: kind.to_owned(),
+        name,
+        uid: text("uid").filter(|u| !u.is_empty()),
+        selector,
+    })
 }
 
 /// A JSON text already checked by the parser, as a value.
@@ -315,6 +405,13 @@ pub fn read(text: &str) -> Result<Input, ScenarioError> {
     let catalog =
         catalog(&json!({ "instanceTypes": raw.instance_types.map_or(Value::Null, parsed) }))?;
     let existing = raw.existing_nodes.map_or(Value::Null, parsed);
+    let settings = Settings::read(
+        &raw.min_values_policy.map_or(Value::Null, parsed),
+        &raw.scheduler_config.map_or(Value::Null, parsed),
+        array(raw.services),
+        array(raw.replica_sets),
+        array(raw.stateful_sets),
+    )?;
     assemble(
         catalog,
         array(raw.node_pools),
@@ -322,6 +419,7 @@ pub fn read(text: &str) -> Result<Input, ScenarioError> {
         array(raw.daemon_sets),
         raw_items(raw.pods).into_iter().map(parsed),
         existing.as_array().map_or(&[][..], Vec::as_slice),
+        settings,
     )
 }
 
@@ -335,6 +433,14 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
     };
     let catalog = catalog(v)?;
     let existing = arr("existingNodes");
+    let field = |k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+    let settings = Settings::read(
+        &field("minValuesPolicy"),
+        &field("schedulerConfig"),
+        arr("services"),
+        arr("replicaSets"),
+        arr("statefulSets"),
+    )?;
     assemble(
         catalog,
         arr("nodePools"),
@@ -342,6 +448,7 @@ pub fn read_value(v: &Value) -> Result<Input, ScenarioError> {
         arr("daemonSets"),
         arr("pods").into_iter(),
         &existing,
+        settings,
     )
 }
 
@@ -355,6 +462,7 @@ fn assemble(
     daemonsets: Vec<Value>,
     pods: impl Iterator<Item = Value>,
     existing: &[Value],
+    settings: Settings,
 ) -> Result<Input, ScenarioError> {
     let pools: Vec<Value> = pools
         .into_iter()
@@ -393,6 +501,7 @@ fn assemble(
     let work = daemonsets
         .into_iter()
         .map(|d| with_kind(d, "apps/v1", "DaemonSet"))
+        .chain(settings.services)
         .chain(pods.map(|p| with_kind(p, "v1", "Pod")))
         .chain(bound);
     let nodes = (!nodes.is_empty()).then(|| ObjectList {
@@ -409,7 +518,15 @@ fn assemble(
             items: work,
         },
         nodes,
-        &LoadOptions::default(),
+        &LoadOptions {
+            options: crate::solver::Options {
+                min_values_policy: settings.min_values_policy,
+                ..crate::solver::Options::default()
+            },
+            default_spread: settings.default_spread,
+            owners: settings.owners,
+            ..LoadOptions::default()
+        },
         catalog,
     )
     .map_err(ScenarioError::Load)

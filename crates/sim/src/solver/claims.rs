@@ -81,7 +81,8 @@ impl Scheduler<'_> {
     }
 
     /// Whether `pod` can join claim `c`. `Err(None)` for a rejection nobody reads (in-flight
-    /// claims; upstream drops those errors), `Err(Some(reason))` otherwise.
+    /// claims; upstream drops those errors), `Err(Some(reason))` otherwise. `opening`: `c` is
+    /// a claim being opened for `pod`, where the BestEffort minValues policy relaxes.
     #[allow(clippy::type_complexity)]
     pub(super) fn claim_can_add(
         &mut self,
@@ -89,6 +90,7 @@ impl Scheduler<'_> {
         pid: usize,
         pod: &Pod,
         quiet: bool,
+        opening: bool,
     ) -> Result<(Requirements, Bits), Option<String>> {
         let traced = self.trace_pod == Some(pid);
         let say = |s: String| if quiet && !traced { None } else { Some(s) };
@@ -163,12 +165,38 @@ impl Scheduler<'_> {
         // minValues is checked on the types left, only when some are left (`SatisfiesMinValues`
         // finds nothing to object to in an empty list; sigs.k8s.io/karpenter v1.14.0
         // pkg/cloudprovider/types.go).
+        let mut base = base;
+        if opening
+            && self.input.options.min_values_policy == super::MinValuesPolicy::BestEffort
+            && base.has_min_values()
+        {
+            self.relax_min_values(p, &kept, &mut base);
+        }
         if base.has_min_values()
             && let Err(msg) = self.min_values_ok(p, &kept, &base)
         {
             return Err(say(msg));
         }
         Ok((base, kept))
+    }
+
+    /// BestEffort on a claim being opened: each `minValues` the kept types cannot meet is
+    /// lowered to the number of values they offer (`nodeclaim.go` `SetMinValues`), and the
+    /// claim carries the lowered value from then on.
+    fn relax_min_values(&self, p: usize, kept: &Bits, reqs: &mut Requirements) {
+        let pool = &self.pools[p];
+        let types: Vec<&Requirements> = kept
+            .iter()
+            .map(|t| &self.cat_reqs[pool.types[t].cat])
+            .collect();
+        let short: Vec<(String, usize)> = super::prepare::min_values_counts(reqs, &types)
+            .into_iter()
+            .filter(|(_, have, min)| have < min)
+            .map(|(k, have, _)| (k.to_owned(), have))
+            .collect();
+        for (key, have) in short {
+            reqs.set_min_values(&key, have);
+        }
     }
 
     pub(super) fn min_values_ok(
@@ -378,7 +406,7 @@ impl Scheduler<'_> {
         self.claims.push(claim);
         let c = self.claims.len() - 1;
         let accepted = self
-            .claim_can_add(c, pid, pod, false)
+            .claim_can_add(c, pid, pod, false, true)
             .map_err(|reason| Refused::plain(reason.unwrap_or_else(|| "cannot schedule".into())))
             .and_then(|(reqs, types)| {
                 self.offerings_to_reserve(c, &reqs, &types)

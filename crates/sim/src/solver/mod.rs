@@ -61,6 +61,37 @@ pub struct Options {
     pub launch_instance_types: usize,
     /// Karpenter's `--preference-policy=Ignore`.
     pub ignore_preferences: bool,
+    /// Karpenter's `--min-values-policy` (`settings.minValuesPolicy`).
+    pub min_values_policy: MinValuesPolicy,
+}
+
+/// What Karpenter does when a NodePool's instance types cannot meet a `minValues`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MinValuesPolicy {
+    /// The pool launches nothing (Karpenter's default).
+    #[default]
+    Strict,
+    /// A new NodeClaim lowers each short `minValues` to what its types offer; pods joining a
+    /// claim later are held to the claim's (lowered) values.
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    /// `Strict` / `BestEffort`, as Karpenter's flag and chart spell them.
+    pub fn parse(text: &str) -> Option<MinValuesPolicy> {
+        match text {
+            "Strict" => Some(MinValuesPolicy::Strict),
+            "BestEffort" => Some(MinValuesPolicy::BestEffort),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MinValuesPolicy::Strict => "Strict",
+            MinValuesPolicy::BestEffort => "BestEffort",
+        }
+    }
 }
 
 impl Default for Options {
@@ -69,6 +100,7 @@ impl Default for Options {
             max_instance_types: 600,
             launch_instance_types: 60,
             ignore_preferences: false,
+            min_values_policy: MinValuesPolicy::Strict,
         }
     }
 }

@@ -159,19 +159,17 @@ impl Scheduler<'_> {
             types.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             types.truncate(input.options.max_instance_types);
             let kept: Vec<usize> = types.iter().map(|(_, ci)| *ci).collect();
-            if reqs.has_min_values() {
-                let mut short = Vec::new();
-                for (k, r) in reqs.iter() {
-                    let Some(min) = r.min_values else { continue };
-                    let values: BTreeSet<&str> = kept
-                        .iter()
-                        .filter_map(|ci| self.cat_reqs[*ci].get_ref(k))
-                        .flat_map(|r| r.values())
-                        .collect();
-                    if values.len() < min {
-                        short.push(k.to_owned());
-                    }
-                }
+            // Truncating checks minValues under Strict only (`InstanceTypes.Truncate`).
+            if reqs.has_min_values()
+                && input.options.min_values_policy == super::MinValuesPolicy::Strict
+            {
+                let types: Vec<&crate::req::Requirements> =
+                    kept.iter().map(|ci| &self.cat_reqs[*ci]).collect();
+                let short: Vec<String> = super::prepare::min_values_counts(&reqs, &types)
+                    .into_iter()
+                    .filter(|(_, have, min)| have < min)
+                    .map(|(k, _, _)| k.to_owned())
+                    .collect();
                 if !short.is_empty() {
                     for &pid in &claim.pods {
                         errors.insert(

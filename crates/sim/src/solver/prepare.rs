@@ -212,9 +212,12 @@ fn prepare_pool(
     }
     // Strict minValues (Karpenter's default policy): NewScheduler drops a template whose
     // pre-filtered types cannot meet a minValues (scheduler.go, `filterInstanceTypesByRequirements`
-    // on the template, sigs.k8s.io/karpenter v1.14.0).
+    // on the template, sigs.k8s.io/karpenter v1.15.0); BestEffort keeps it, and each new claim
+    // lowers the short minValues instead.
     let kept: Vec<&Requirements> = types.iter().map(|t| &cat_reqs[t.cat]).collect();
-    if let Some(short) = min_values_short(&template, &kept) {
+    if input.options.min_values_policy == super::MinValuesPolicy::Strict
+        && let Some(short) = min_values_short(&template, &kept)
+    {
         warnings.push(format!(
             "nodepool {}: its instance types cannot meet minValues ({short}); it launches nothing",
             pool.name
@@ -499,17 +502,29 @@ impl Scheduler<'_> {
 /// The first `minValues` of `reqs` that the given instance types' requirements do not meet, as
 /// `key has N of minValues M`; `None` when all are met.
 pub(super) fn min_values_short(reqs: &Requirements, types: &[&Requirements]) -> Option<String> {
+    min_values_counts(reqs, types)
+        .into_iter()
+        .find(|(_, have, min)| have < min)
+        .map(|(k, have, min)| format!("{k} has {have} of minValues {min}"))
+}
+
+/// Each key of `reqs` with a `minValues`: how many distinct values the types offer for it,
+/// counting only values the requirement allows (sigs.k8s.io/karpenter v1.15.0
+/// `SatisfiesMinValues`; v1.14 counted every value), and its `minValues`.
+pub(super) fn min_values_counts<'a>(
+    reqs: &'a Requirements,
+    types: &[&Requirements],
+) -> Vec<(&'a str, usize, usize)> {
+    let mut out = Vec::new();
     for (k, r) in reqs.iter() {
         let Some(min) = r.min_values else { continue };
         let mut values: BTreeSet<&str> = BTreeSet::new();
         for tr in types {
             if let Some(v) = tr.get_ref(k) {
-                values.extend(v.values());
+                values.extend(v.values().filter(|value| r.has(value)));
             }
         }
-        if values.len() < min {
-            return Some(format!("{k} has {} of minValues {min}", values.len()));
-        }
+        out.push((k, values.len(), min));
     }
-    None
+    out
 }

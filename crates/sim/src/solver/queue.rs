@@ -264,14 +264,14 @@ impl Scheduler<'_> {
             }
             // An in-flight claim that cannot hold its reservations with this pod refuses it,
             // silently (upstream drops in-flight errors).
-            let r = self
-                .claim_can_add(c, pid, pod, true)
-                .and_then(
-                    |(reqs, types)| match self.offerings_to_reserve(c, &reqs, &types) {
-                        Ok(reserve) => Ok((reqs, types, reserve)),
-                        Err(reason) => Err(traced.then_some(reason)),
-                    },
-                );
+            let r =
+                self.claim_can_add(c, pid, pod, true, false)
+                    .and_then(
+                        |(reqs, types)| match self.offerings_to_reserve(c, &reqs, &types) {
+                            Ok(reserve) => Ok((reqs, types, reserve)),
+                            Err(reason) => Err(traced.then_some(reason)),
+                        },
+                    );
             if traced {
                 let target = format!(
                     "in-flight NodeClaim {} (nodepool {}, {} pods)",

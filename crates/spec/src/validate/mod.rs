@@ -31,6 +31,7 @@ mod node_class;
 mod pools;
 mod queue;
 mod reservations;
+mod scheduler;
 mod staleness;
 mod version;
 
@@ -145,6 +146,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     crate::iam::authenticator(&mut p, &at, cluster);
     controller::validate(&mut p, &at, spec);
     gpu_stack(&mut p, &at, spec);
+    scheduler::scheduler(&mut p, &at, spec);
     monitoring::monitoring(&mut p, &at, spec);
     images::images(&mut p, &at, spec);
     let per_pool_sharing = spec

@@ -3,3 +3,4 @@
 pub mod control_plane;
 pub mod controller_placement;
 pub mod interruption_queue;
+pub mod scheduler_defaults;
