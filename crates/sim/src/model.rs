@@ -100,6 +100,10 @@ pub struct Pod {
     pub namespace: String,
     pub name: String,
     pub spec: Arc<PodSpec>,
+    /// `metadata.uid` of a pod object (the oracle's `pod-<namespace>-<name>` when it has none):
+    /// Karpenter's queue orders pods of equal size and age by it. `None` for a workload's
+    /// replicas, which the queue keeps in input order.
+    pub uid: Option<Arc<str>>,
 }
 
 /// Everything the scheduler reads of a pod but its name.
@@ -134,6 +138,7 @@ impl Pod {
             namespace,
             name,
             spec: Arc::new(spec),
+            uid: None,
         }
     }
 

@@ -261,3 +261,53 @@ spec:
     assert_eq!(level("KK007"), "note");
     assert_eq!(level("KK040"), "warning");
 }
+
+/// KK016's unmeetable `minValues` follows the linted Karpenter values' `minValuesPolicy`: an
+/// error under Strict (the default: the pool launches nothing), a warning naming the lowered
+/// value under BestEffort.
+#[test]
+fn an_unmeetable_min_values_is_an_error_under_strict_and_a_warning_under_best_effort() {
+    let pool = "apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: general
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: general}
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: [m6i.large, m6i.xlarge], minValues: 3}
+  limits:
+    cpu: \"64\"
+";
+    let values = |policy: &str| {
+        format!(
+            "settings:\n  clusterName: demo\n  clusterEndpoint: https://api.demo.internal:6443\n  minValuesPolicy: {policy}\ncontroller: {{}}\n"
+        )
+    };
+    let finding = |files: &[(&str, &str)]| {
+        lint(files, &Config::default())
+            .diagnostics
+            .into_iter()
+            .find(|d| d.code == "KK016")
+            .expect("KK016 reports the minValues")
+    };
+    let strict = finding(&[("pool.yaml", pool)]);
+    assert_eq!(strict.severity, kk_lint::Severity::Error);
+    assert!(
+        strict.message.contains("launches nothing") && strict.message.contains("Strict"),
+        "{}",
+        strict.message
+    );
+    let strict_values = values("Strict");
+    let named = finding(&[("pool.yaml", pool), ("values.yaml", &strict_values)]);
+    assert_eq!(named.severity, kk_lint::Severity::Error);
+    let best_effort_values = values("BestEffort");
+    let relaxed = finding(&[("pool.yaml", pool), ("values.yaml", &best_effort_values)]);
+    assert_eq!(relaxed.severity, kk_lint::Severity::Warning);
+    assert!(
+        relaxed.message.contains("lowered to 2"),
+        "{}",
+        relaxed.message
+    );
+}

@@ -29,6 +29,8 @@ pub(super) struct Workload {
     node_name: Option<String>,
     /// The controller whose selector default topology spread takes (`default_spread`).
     pub(super) controller: Option<Controller>,
+    /// A pod object's `metadata.uid`.
+    uid: Option<String>,
 }
 
 impl Workload {
@@ -197,6 +199,7 @@ pub(super) fn read_workload(
                 daemon: false,
                 node_name,
                 controller,
+                uid: obj.metadata.uid.clone().filter(|u| !u.is_empty()),
             });
         }
         _ => return None,
@@ -214,6 +217,7 @@ pub(super) fn read_workload(
         daemon,
         node_name: None,
         controller,
+        uid: None,
     })
 }
 
@@ -324,7 +328,14 @@ pub(super) fn expand(
         let single = w.kind == "pod";
         for i in 0..w.replicas.max(0) {
             let mut p = template.clone();
-            if !single {
+            if single {
+                // As the oracle names a pod without one (`defaultUID`).
+                let uid = w
+                    .uid
+                    .clone()
+                    .unwrap_or_else(|| format!("pod-{}-{}", p.namespace, p.name));
+                p.uid = Some(uid.into());
+            } else {
                 p.name = format!("{}-{i}", w.name);
             }
             if !names.insert((p.namespace.clone(), p.name.clone())) {

@@ -33,13 +33,18 @@ impl Scheduler<'_> {
                 None => queue_pods.push(i),
             }
         }
-        // Queue order: CPU, then memory, descending; then creation time; then input order.
+        // Queue order: CPU, then memory, descending; then creation time; then UID (pod objects
+        // have one; `queue.go` `byCPUAndMemoryDescending`); then input order.
         queue_pods.sort_by(|&a, &b| {
             let (da, db) = (&self.data[a].requests, &self.data[b].requests);
             db[0]
                 .cmp(&da[0])
                 .then(db[1].cmp(&da[1]))
                 .then_with(|| pods[a].created.cmp(&pods[b].created))
+                .then_with(|| match (&pods[a].uid, &pods[b].uid) {
+                    (Some(x), Some(y)) => x.as_bytes().cmp(y.as_bytes()),
+                    _ => std::cmp::Ordering::Equal,
+                })
                 .then(a.cmp(&b))
         });
         let mut queue: VecDeque<usize> = queue_pods.into();

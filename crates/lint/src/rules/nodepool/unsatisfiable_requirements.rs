@@ -27,7 +27,10 @@ are skipped. Reports:
 
 - the first requirement after which no instance type is left, with what the types allowed by
   the requirements before it have for that key;
-- a `minValues` that the remaining types cannot meet;
+- a `minValues` that the remaining types cannot meet: an error under Karpenter's default
+  `minValuesPolicy: Strict` (the pool launches nothing), a warning when the linted Karpenter
+  values set `settings.minValuesPolicy: BestEffort` (Karpenter 1.15 launches with the
+  `minValues` lowered to what the types offer);
 - each value of an `In` on `node.kubernetes.io/instance-type` or
   `karpenter.k8s.aws/instance-family` that names no type or family of the catalog, with the
   closest name as a suggestion (a warning: a type newer than the catalog is possible).
@@ -225,24 +228,53 @@ fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>, out: &mut Vec<Diagnost
         }
         let distinct: BTreeSet<&str> = left.iter().filter_map(|t| t.label(&req.key)).collect();
         if (distinct.len() as i64) < min {
-            out.push(
-                ctx.diag(
-                    &META,
-                    view.obj,
-                    &base.index(i).key("minValues"),
-                    format!(
-                        "minValues {min} on {}, but the instance types the requirements allow \
-                         have only {} value{} of it ({}): Karpenter launches nothing for this pool",
-                        req.key,
-                        distinct.len(),
-                        if distinct.len() == 1 { "" } else { "s" },
-                        shorten(sorted(distinct.clone()).into_iter(), 6)
-                    ),
-                )
-                .with_help("lower minValues or widen the requirements"),
+            let have = format!(
+                "minValues {min} on {}, but the instance types the requirements allow have only {} \
+                 value{} of it ({})",
+                req.key,
+                distinct.len(),
+                if distinct.len() == 1 { "" } else { "s" },
+                shorten(sorted(distinct.clone()).into_iter(), 6)
             );
+            let d = ctx.diag(&META, view.obj, &base.index(i).key("minValues"), have);
+            out.push(if best_effort(ctx) {
+                // Karpenter 1.15 BestEffort: the claim launches with minValues lowered.
+                Diagnostic {
+                    message: format!(
+                        "{}: under the values' minValuesPolicy BestEffort Karpenter launches with \
+                         minValues lowered to {}, less diversity than asked",
+                        d.message,
+                        distinct.len()
+                    ),
+                    ..d
+                }
+                .with_severity(Severity::Warning)
+                .with_help("lower minValues to what the types offer, or widen the requirements")
+            } else {
+                Diagnostic {
+                    message: format!(
+                        "{}: Karpenter launches nothing for this pool (minValuesPolicy Strict, the \
+                         default)",
+                        d.message
+                    ),
+                    ..d
+                }
+                .with_help(
+                    "lower minValues or widen the requirements (or set the Karpenter values' \
+                     settings.minValuesPolicy: BestEffort to launch with fewer values)",
+                )
+            });
         }
     }
+}
+
+/// The linted Karpenter values set `settings.minValuesPolicy: BestEffort`.
+fn best_effort(ctx: &Context<'_>) -> bool {
+    ctx.values.iter().any(|v| {
+        v.value(&FieldPath::parse("settings.minValuesPolicy"))
+            .and_then(serde_json::Value::as_str)
+            == Some("BestEffort")
+    })
 }
 
 fn is_family(family: &str) -> bool {
