@@ -1,4 +1,5 @@
-//! One rule per file, grouped by area. Each file holds `DOC` (What / Why / Example / Fix),
+//! One rule per file, grouped by area, each file named after its rule (`pool-without-limits` is
+//! `nodepool/pool_without_limits.rs`). Each file holds `DOC` (What / Why / Example / Fix),
 //! `META` and the rule struct; `registry::RULES` lists them.
 
 pub mod cluster;

@@ -8,7 +8,7 @@ use crate::context::{Context, WorkloadView};
 use crate::diagnostic::{Diagnostic, Severity};
 use crate::input::Object;
 use crate::rule::{Rule, RuleMeta};
-use crate::rules::cluster::missing_ccm::is_aws_ccm_container;
+use crate::rules::cluster::external_cloud_provider_without_ccm::is_aws_ccm_container;
 
 pub const DOC: &str = r#"
 ## What

@@ -1,3 +1,3 @@
 //! Validation against the Karpenter and Kubean CRDs (schema and CEL rules).
 
-pub mod schema;
+pub mod crd_schema;

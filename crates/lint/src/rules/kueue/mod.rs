@@ -1,3 +1,3 @@
 //! Kueue job queues and the NodePools they feed.
 
-pub mod quota_above_limits;
+pub mod kueue_quota_above_pool_limits;

@@ -1,14 +1,14 @@
 //! userData: the kubeadm scripts and nodeadm NodeConfigs of Custom-AMI EC2NodeClasses, and the
 //! MIME documents Karpenter merges with its own bootstrap for the families it bootstraps.
 
-pub mod containerd_restart;
+pub mod custom_ami_registration;
 pub mod double_bootstrap;
-pub mod imdsv1;
-pub mod join_credentials;
+pub mod imdsv1_userdata;
 pub mod literal_secret;
-pub mod mime_boundary;
-pub mod nodeadm_config;
-pub mod registration;
+pub mod malformed_join_credentials;
+pub mod mime_userdata_unclosed;
+pub mod nodeadm_config_incomplete;
+pub mod nvidia_runtime_without_containerd_restart;
 
 use crate::context::{Context, NodeClassView};
 

@@ -1,6 +1,6 @@
 //! Karpenter Helm values, and how they fit the cluster.
 
-pub mod control_plane;
-pub mod controller_placement;
-pub mod interruption_queue;
-pub mod scheduler_defaults;
+pub mod karpenter_controller_placement;
+pub mod scheduler_defaults_mismatch;
+pub mod spot_without_interruption_queue;
+pub mod values_control_plane;

@@ -9,7 +9,7 @@ use crate::diagnostic::{Diagnostic, Severity};
 use crate::gpu::GpuVendor;
 use crate::input::Object;
 use crate::rule::{Rule, RuleMeta};
-use crate::rules::gpu::sharing_limit::{applicable, gpus_per_node, sharing_configs};
+use crate::rules::gpu::gpu_limit_ignores_sharing::{applicable, gpus_per_node, sharing_configs};
 
 const GPU: &str = "nvidia.com/gpu";
 const NODEPOOL: &str = "karpenter.sh/nodepool";
@@ -160,7 +160,7 @@ impl Rule for GpuSharingWithoutOverlay {
 fn finding(
     ctx: &Context<'_>,
     view: &NodePoolView<'_>,
-    config: &crate::rules::gpu::sharing_limit::Sharing,
+    config: &crate::rules::gpu::gpu_limit_ignores_sharing::Sharing,
     covered: bool,
     gate_off: Option<&Object>,
 ) -> Diagnostic {
