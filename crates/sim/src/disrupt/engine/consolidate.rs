@@ -1,5 +1,6 @@
-//! Whether a candidate may be consolidated and with what replacement (`ShouldDisrupt`,
-//! `computeConsolidation`, spot-to-spot), and the command's estimated savings.
+//! What the consolidation methods share (`consolidation.go`): whether a candidate may be
+//! consolidated and with what replacement (`ShouldDisrupt`, `computeConsolidation`,
+//! spot-to-spot), the command's estimated savings, and the note when a method runs out of time.
 
 use super::Candidate;
 use super::Command;
@@ -247,6 +248,21 @@ impl Engine<'_> {
                 .total_cmp(&a.savings_ratio())
                 .then(a.name.cmp(&b.name))
         });
+    }
+
+    /// Says that a method ran out of its `--budget-time` in this pass.
+    pub(super) fn stopped(&mut self, method: Method, what: &str) {
+        let limit = self
+            .opts
+            .watch
+            .as_ref()
+            .and_then(|w| w.budget_seconds)
+            .unwrap_or(0.0);
+        self.warnings.push(format!(
+            "pass {}: {} stopped at its time limit ({limit}s, --budget-time) {what}",
+            self.round,
+            method.name()
+        ));
     }
 }
 

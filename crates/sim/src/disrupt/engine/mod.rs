@@ -3,6 +3,9 @@
 //! (`BuildDisruptionBudgetMapping`), the methods in the controller's order — Emptiness,
 //! StaticDrift, Drift, MultiNodeConsolidation, SingleNodeConsolidation — and the replacement
 //! simulation (`SimulateScheduling`), which re-runs this crate's provisioning scheduler.
+//! One file per method, as upstream has: `emptiness.rs`, `drift.rs`,
+//! `multi_node_consolidation.rs`, `single_node_consolidation.rs` (StaticDrift is not modelled;
+//! `reconcile` only warns of it); `consolidate.rs` holds what the consolidations share.
 //!
 //! One *round* is one `Reconcile`: the first method that yields a command wins, the command is
 //! carried out at once (nodes gone, pods moved where the simulation put them, a replacement
@@ -185,9 +188,12 @@ pub(super) struct Engine<'a> {
 mod apply;
 mod candidates;
 mod consolidate;
-mod methods;
+mod drift;
+mod emptiness;
+mod multi_node_consolidation;
 mod reclaim;
 mod simulate;
+mod single_node_consolidation;
 mod watch;
 
 pub use watch::{Clock, Progress, Watch};
