@@ -25,10 +25,12 @@
 //! Module map: [`req`] is the requirement algebra; [`topology`] the spread/affinity groups;
 //! [`solver`] the queue, existing nodes, in-flight and new NodeClaims, limits and relaxation;
 //! [`offerings`] which offerings a claim allows and the capacity reservations it holds;
-//! [`plan`] the launch choice and the output; [`next_loop`] Karpenter's next loop for pods that
-//! waited for a reservation; [`input`] reads manifests; [`disrupt`] the
-//! disruption controller (its clock, state, methods and report); [`scenario`] the oracle's
-//! formats (docs/internals/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
+//! [`plan`] the launch choice and the output (types and rendering); [`next_loop`] Karpenter's
+//! next loop for pods that waited for a reservation; `solve.rs` the entry points ([`solve()`],
+//! [`simulate`], [`explain`]), which run the solver and the next loop and build the plan (it
+//! uses `plan` and `next_loop`; `next_loop` uses `plan`; `plan` uses neither); [`input`] reads
+//! manifests; [`disrupt`] the disruption controller (its clock, state, methods and report);
+//! [`scenario`] the oracle's formats (docs/internals/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
 
 pub mod gosort;
 /// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).
@@ -44,10 +46,12 @@ pub mod offerings;
 pub mod plan;
 pub mod res;
 pub mod scenario;
+mod solve;
 pub mod solver;
 pub mod topology;
 
 pub use input::{InputError, LoadOptions, SourceFile, load, load_with_catalog};
-pub use plan::{Explanation, Plan, explain, simulate, solve};
+pub use plan::{Explanation, Plan};
 pub use req::{Operator, Requirement, Requirements};
+pub use solve::{explain, simulate, solve};
 pub use solver::{Input, MinValuesPolicy, Options};

@@ -1,5 +1,7 @@
 //! The plan: NodeClaims with their launch choice, pods left on existing nodes, Pending pods
-//! with reasons; as JSON, as a table, and per-pod explanations.
+//! with reasons; as JSON, as a table, and per-pod explanations. `build` makes it from the
+//! solver's outcome; the entry points that run the solver (`kk_sim::solve`, `simulate`,
+//! `explain`) are in `solve.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -8,7 +10,7 @@ use kk_catalog::resources::format_quantity;
 use serde::Serialize;
 
 use crate::offerings::OfferingFilter;
-use crate::solver::{ClaimResult, Input, Outcome, Placement, launch_fitting};
+use crate::solver::{ClaimResult, Input, Outcome, launch_fitting};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -284,25 +286,6 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
     }
 }
 
-/// Runs the simulation.
-/// Pods that wait for a capacity reservation another NodeClaim of the same loop holds are
-/// placed by Karpenter's next loop, simulated too ([`crate::next_loop`]).
-pub fn solve(input: &Input) -> Plan {
-    let outcome = crate::solver::solve(input, None);
-    let mut plan = build(input, &outcome);
-    if !outcome.waiting.is_empty() {
-        let next = crate::next_loop::next_input(input, &outcome, &plan);
-        let second = crate::solver::solve(&next, None);
-        let second_plan = build(&next, &second);
-        crate::next_loop::merge(&mut plan, &next, &second, second_plan);
-        plan.warnings.push(format!(
-            "{} pod(s) waited for a capacity reservation another NodeClaim of the same loop holds; NodeClaims marked \"next loop\" are where Karpenter's next loop, seconds later, puts them",
-            outcome.waiting.len()
-        ));
-    }
-    plan
-}
-
 impl Plan {
     /// Totals from the claims, existing nodes and Pending pods.
     pub(crate) fn recount(&mut self) {
@@ -319,11 +302,6 @@ impl Plan {
             price_per_hour: round(self.node_claims.iter().map(|c| c.price_per_hour).sum()),
         };
     }
-}
-
-/// The raw outcome (indices into the input), for tests and tools.
-pub fn simulate(input: &Input) -> Outcome {
-    crate::solver::solve(input, None)
 }
 
 /// Why one pod went where it went, or why it stays Pending.
@@ -359,83 +337,6 @@ pub struct UnknownPod {
     pub pod: String,
     /// The first few pod keys (and `...` when there are more), as a hint.
     pub known: Vec<String>,
-}
-
-/// Explains one pod (`namespace/name`); `Err` when no such pod.
-pub fn explain(input: &Input, pod: &str) -> Result<Explanation, UnknownPod> {
-    let pid = input
-        .pods
-        .iter()
-        .position(|p| p.key() == pod || (p.namespace == "default" && p.name == pod))
-        .ok_or_else(|| {
-            let mut names: Vec<String> = input.pods.iter().take(5).map(|p| p.key()).collect();
-            if input.pods.len() > 5 {
-                names.push("...".into());
-            }
-            UnknownPod {
-                pod: pod.to_owned(),
-                known: names,
-            }
-        })?;
-    let outcome = crate::solver::solve(input, Some(pid));
-    let plan = build(input, &outcome);
-    let trace = outcome.trace.clone().unwrap_or_default();
-    let key = input.pods[pid].key();
-    // The claim of `plan` holding the pod, as the result reads it.
-    let claim_of = |plan: &Plan, loop_note: &str| match plan
-        .node_claims
-        .iter()
-        .enumerate()
-        .find(|(_, c)| c.pods.contains(&key))
-    {
-        Some((i, c)) => format!(
-            "NodeClaim #{}{loop_note} (nodepool {}, {} {} in {}, {} options)",
-            i + 1,
-            c.node_pool,
-            c.instance_type,
-            c.capacity_type,
-            c.zone,
-            c.instance_type_options.len()
-        ),
-        None => "Pending".into(),
-    };
-    let result = match outcome.placements[pid] {
-        Some(Placement::Existing(e)) => {
-            format!("existing node {}", input.nodes[outcome.existing[e].0].name)
-        }
-        Some(Placement::Claim(_)) => claim_of(&plan, ""),
-        // The reason below is the first loop's; the next loop places it.
-        None if outcome.waiting.contains(&pid) => {
-            claim_of(&solve(input), " in Karpenter's next loop")
-        }
-        None => "Pending".into(),
-    };
-    let p = &input.pods[pid];
-    let mut requests: BTreeMap<String, String> = p
-        .requests
-        .iter()
-        .map(|(k, v)| (k.clone(), format_quantity(k, *v)))
-        .collect();
-    requests.insert("pods".into(), "1".into());
-    Ok(Explanation {
-        pod: p.key(),
-        result,
-        reason: outcome.errors.get(&pid).cloned(),
-        requests,
-        relaxed: trace.relaxations,
-        passes: trace.passes,
-        attempts: trace
-            .attempts
-            .into_iter()
-            .map(|a| ExplainedAttempt {
-                target: a.target,
-                outcome: match a.outcome {
-                    Ok(()) => "ok".into(),
-                    Err(e) => e,
-                },
-            })
-            .collect(),
-    })
 }
 
 impl Explanation {

@@ -13,7 +13,8 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::plan::{Allocatable, claim_launch, claim_requests, round, simulate};
+use crate::plan::{Allocatable, claim_launch, claim_requests, round};
+use crate::solve::simulate;
 use crate::solver::{ClaimResult, Input, Outcome};
 
 /// The cheapest launchable offering of catalog type `ci` that a claim's requirements allow:
