@@ -46,8 +46,8 @@ pub struct FlavorArgs {
     #[arg(long)]
     region: Option<String>,
     /// Output: text, json or yaml.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 #[derive(clap::Args)]
@@ -182,14 +182,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 fn print(
     value: &Value,
-    output: &str,
+    output: crate::flags::OutputFormat,
     text: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
-        "yaml" => out.write_all(serde_saphyr::to_string(value)?.as_bytes())?,
-        _ => text(&mut out)?,
+    if output.is_structured() {
+        crate::flags::print_structured(value, output)?;
+    } else {
+        text(&mut std::io::stdout().lock())?;
     }
     Ok(())
 }
@@ -207,7 +206,7 @@ fn list(args: ListArgs) -> Result<ExitCode, Failure> {
         };
         let images = rt.block_on(ami::custom_images(&sdk, &query))?;
         let value = json!({ "images": images.iter().map(|i| i.to_json()).collect::<Vec<_>>() });
-        print(&value, &args.flavor.output, |out| {
+        print(&value, args.flavor.output, |out| {
             writeln!(
                 out,
                 "{:<22} {:<24} {:<22} {:<8} {:<10} NAME",
@@ -232,7 +231,7 @@ fn list(args: ListArgs) -> Result<ExitCode, Failure> {
     let flavor = flavor_of(&args.flavor, ctx.spec.as_ref(), None)?;
     let releases = rt.block_on(ami::releases(&sdk, &flavor))?;
     let value = json!({ "releases": releases.iter().map(EksRelease::to_json).collect::<Vec<_>>() });
-    print(&value, &args.flavor.output, |out| {
+    print(&value, args.flavor.output, |out| {
         writeln!(
             out,
             "AL2023 {} {} for Kubernetes {} ({} releases, newest first)",
@@ -303,7 +302,7 @@ fn resolve(args: ResolveArgs) -> Result<ExitCode, Failure> {
     if ctx.spec.is_none() {
         let flavor = flavor_of(&args.flavor, None, None)?;
         let release = rt.block_on(ami::resolve(&sdk, &flavor, date.as_deref()))?;
-        print(&release.to_json(), &args.flavor.output, |out| {
+        print(&release.to_json(), args.flavor.output, |out| {
             write_release(out, &release)
         })?;
         return Ok(ExitCode::SUCCESS);
@@ -356,7 +355,7 @@ fn resolve(args: ResolveArgs) -> Result<ExitCode, Failure> {
             }
         ));
     }
-    print(&json!({ "pools": rows }), &args.flavor.output, |out| {
+    print(&json!({ "pools": rows }), args.flavor.output, |out| {
         out.write_all(text.as_bytes())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -2,8 +2,6 @@
 //! manifest files, after a server-side dry run of every object. This file reads the inputs
 //! and flags and prints; the workflow is `kk_live::apply::workflow`.
 
-use std::path::Path;
-
 use kk_live::apply::workflow::{self, Objects, Request};
 use kk_live::{ApplyOptions, ClientOptions};
 use kk_model::yaml::{LoadLimits, load_documents};
@@ -11,6 +9,7 @@ use kk_render::Bundle;
 use serde_json::Value;
 
 use crate::Failure;
+use crate::flags::spec_access;
 
 #[derive(clap::Args)]
 pub struct ApplyArgs {
@@ -30,14 +29,10 @@ pub struct ApplyArgs {
     /// current context).
     #[arg(long)]
     context: Option<String>,
-    /// Kubeconfig of the management cluster, where Kubean runs and kubean/ goes (default: the
-    /// spec's `kubean.managementCluster`, then the new cluster's kubeconfig file).
-    #[arg(long)]
-    mgmt_kubeconfig: Option<std::path::PathBuf>,
-    /// Kubeconfig context of the management cluster. kubean/ objects are refused unless this,
-    /// --mgmt-kubeconfig or the spec's `kubean.managementCluster` says where Kubean runs.
-    #[arg(long)]
-    mgmt_context: Option<String>,
+    /// Where Kubean runs and kubean/ goes. kubean/ objects are refused unless these or the
+    /// spec's `kubean.managementCluster` say where.
+    #[command(flatten)]
+    mgmt: crate::flags::MgmtFlags,
     #[arg(long, default_value = "kubean-karpenter")]
     field_manager: String,
     /// Take over fields another field manager owns.
@@ -76,9 +71,9 @@ pub struct ApplyArgs {
     /// namespace; until then the old one keeps running, and after it apply stops there.
     #[arg(long, default_value = "5m", value_parser = kk_live::token::parse_duration)]
     handover_timeout: std::time::Duration,
-    /// Output: text, or json (one object per applied manifest).
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
-    output: String,
+    /// Output: text, or json / yaml (one object per applied manifest).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 fn read_manifests(text: &str, source: &str, out: &mut Objects) -> Result<(), Failure> {
@@ -86,13 +81,6 @@ fn read_manifests(text: &str, source: &str, out: &mut Objects) -> Result<(), Fai
         .map_err(|e| Failure(format!("{source}:{e}")))?;
     out.extend(docs.into_iter().map(|d| (source.to_owned(), d.value)));
     Ok(())
-}
-
-fn access_of(access: &Option<kk_spec::ClusterAccess>, base: &Path) -> Option<ClientOptions> {
-    access.as_ref().map(|a| ClientOptions {
-        kubeconfig: a.kubeconfig.as_ref().map(|k| base.join(k)),
-        context: a.context.clone(),
-    })
 }
 
 /// What the inputs say: each object routed to its cluster, the spec's bundle, and how the
@@ -136,8 +124,10 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
             let spec = &loaded.spec.spec;
             collected.management_access = collected
                 .management_access
-                .or(access_of(&spec.kubean.management_cluster, base));
-            collected.cluster_access = collected.cluster_access.or(access_of(&spec.access, base));
+                .or(spec_access(spec.kubean.management_cluster.as_ref(), base));
+            collected.cluster_access = collected
+                .cluster_access
+                .or(spec_access(spec.access.as_ref(), base));
         }
     }
     // Plain manifests go to the new cluster.
@@ -161,17 +151,10 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
         cluster_access.unwrap_or_default()
     };
     // The management cluster is never guessed: kubean/ must not land in the cluster it builds.
-    request.management_access = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
-        Some(ClientOptions {
-            kubeconfig: args
-                .mgmt_kubeconfig
-                .clone()
-                .or_else(|| request.cluster_access.kubeconfig.clone()),
-            context: args.mgmt_context.clone(),
-        })
-    } else {
-        management_access
-    };
+    request.management_access = args
+        .mgmt
+        .given(request.cluster_access.kubeconfig.as_deref())
+        .or(management_access);
     request.options = ApplyOptions {
         dry_run: args.dry_run == "server",
         field_manager: args.field_manager.clone(),
@@ -219,13 +202,13 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
             "{u}: not checked: its namespace is created by this apply (a dry run creates nothing)"
         );
     }
-    if args.output == "json" {
+    if args.output.is_structured() {
         let list: Vec<Value> = outcome
             .applied
             .iter()
             .map(|a| serde_json::json!({"source": a.source, "kind": a.kind, "name": a.name, "namespace": a.namespace, "resourceVersion": a.resource_version, "result": verb}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        crate::flags::print_structured(&Value::Array(list), args.output)?;
     } else {
         for a in &outcome.applied {
             let ns = a

@@ -31,9 +31,9 @@ pub struct CatalogArgs {
     /// Only this instance type (m6i.large).
     #[arg(long = "type", value_name = "T")]
     instance_type: Option<String>,
-    /// Output: table, or json (an array of objects).
-    #[arg(short = 'o', long = "output", value_parser = ["table", "json"], default_value = "table")]
-    output: String,
+    /// Output: table (`text`), or json / yaml (an array of objects).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
     /// Offering zones, comma-separated [default: us-east-1a,us-east-1b,us-east-1c].
     #[arg(long, value_delimiter = ',', value_name = "ZONES")]
     zones: Vec<String>,
@@ -89,11 +89,15 @@ pub fn run(args: CatalogArgs) -> Result<ExitCode, Failure> {
     let types: Vec<&InstanceType> = catalog.filter(&filter).collect();
 
     let mut out = std::io::stdout().lock();
-    let written = if args.output == "json" {
+    let written = if args.output == crate::flags::OutputFormat::Json {
         let rows: Vec<Value> = types.iter().map(|t| to_json(t, &overrides)).collect();
         serde_json::to_writer_pretty(&mut out, &rows)
             .map_err(std::io::Error::from)
             .and_then(|()| writeln!(out))
+    } else if args.output == crate::flags::OutputFormat::Yaml {
+        let rows: Vec<Value> = types.iter().map(|t| to_json(t, &overrides)).collect();
+        let text = kk_model::yaml::to_yaml(&rows).map_err(std::io::Error::other)?;
+        out.write_all(text.as_bytes())
     } else if types.is_empty() {
         eprintln!("no instance types match");
         Ok(())

@@ -34,7 +34,7 @@ pub fn completion(args: CompletionArgs) -> Result<ExitCode, Failure> {
 }
 
 fn completion_script(shell: Shell) -> String {
-    let mut command = crate::Cli::command();
+    let mut command = crate::command::Cli::command();
     let name = command.get_name().to_owned();
     let mut bytes = Vec::new();
     clap_complete::generate(shell, &mut command, &name, &mut bytes);
@@ -54,7 +54,7 @@ fn completion_script(shell: Shell) -> String {
 pub fn man(args: ManArgs) -> Result<ExitCode, Failure> {
     std::fs::create_dir_all(&args.dir)
         .map_err(|e| Failure(format!("{}: {e}", args.dir.display())))?;
-    let mut command = crate::Cli::command().disable_help_subcommand(true);
+    let mut command = crate::command::Cli::command().disable_help_subcommand(true);
     command.build();
     let mut written = Vec::new();
     write_pages(&command, &args.dir, &mut written)?;

@@ -10,7 +10,8 @@ use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
 use kk_live::token::parse_duration;
 
 use crate::Failure;
-use crate::token_cmd::{KubeArgs, StoreArgs, resolve_target, runtime};
+use crate::flags::KubeFlags;
+use crate::token_cmd::{StoreArgs, resolve_target, runtime};
 
 fn parse_fraction(text: &str) -> Result<f64, String> {
     let v: f64 = text
@@ -39,7 +40,7 @@ fn parse_grace(text: &str) -> Result<Grace, String> {
 #[derive(clap::Args, Debug)]
 pub struct ControllerArgs {
     #[command(flatten)]
-    kube: KubeArgs,
+    kube: KubeFlags,
     #[command(flatten)]
     store: StoreArgs,
     /// Lifetime of each token (at most 24h).

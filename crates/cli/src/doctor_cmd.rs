@@ -2,7 +2,6 @@
 //! printed as a table or as JSON/YAML; exit 1 when a check fails.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kk_live::doctor::{self, Facts, Status};
@@ -14,12 +13,9 @@ pub struct DoctorArgs {
     /// The ElasticCluster spec the cluster was built from. Optional with --permissions.
     #[arg(required_unless_present = "permissions")]
     spec: Option<String>,
-    /// Kubeconfig of the new cluster (default: the spec's `access`, then $KUBECONFIG).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context of the new cluster.
-    #[arg(long)]
-    context: Option<String>,
+    /// The new cluster.
+    #[command(flatten)]
+    kube: crate::flags::KubeFlags,
     /// The Karpenter controller's IAM role: its live policies are read and evaluated
     /// (iam:PassRole). Without it, the rendered iam/controller-policy.json is evaluated.
     #[arg(long)]
@@ -38,18 +34,8 @@ pub struct DoctorArgs {
     #[arg(long)]
     permissions: bool,
     /// Output: text, json or yaml.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
-    output: String,
-}
-
-fn print_value(value: &serde_json::Value, output: &str) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    if output == "yaml" {
-        out.write_all(serde_saphyr::to_string(value)?.as_bytes())?;
-    } else {
-        writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
-    }
-    Ok(())
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
@@ -71,14 +57,12 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
             "clusterRole": doctor::permissions::cluster_role(),
             "iamPolicy": doctor::permissions::iam_policy(store_arn.as_deref()),
         });
-        print_value(
-            &both,
-            if args.output == "text" {
-                "yaml"
-            } else {
-                &args.output
-            },
-        )?;
+        // The permissions are documents to apply: YAML unless JSON is asked for.
+        let format = match args.output {
+            crate::flags::OutputFormat::Json => crate::flags::OutputFormat::Json,
+            _ => crate::flags::OutputFormat::Yaml,
+        };
+        crate::flags::print_structured(&both, format)?;
         return Ok(ExitCode::SUCCESS);
     }
     let spec_arg = args.spec.as_deref().unwrap_or("-");
@@ -90,12 +74,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
     if let Some(text) = bundle.files.get("iam/controller-policy.json") {
         facts.rendered_controller_policy = serde_json::from_str(text).ok();
     }
-    let options = crate::client_options(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-        loaded.spec.spec.access.as_ref(),
-        &base,
-    );
+    let options = args.kube.or_spec(loaded.spec.spec.access.as_ref(), &base);
     let region = args
         .region
         .clone()
@@ -119,10 +98,10 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
         };
         Ok::<_, Failure>(doctor::run(&client, &probe, sdk.as_ref(), &facts).await)
     })?;
-    if args.output == "text" {
+    if !args.output.is_structured() {
         write_text(&report, &mut std::io::stdout().lock())?;
     } else {
-        print_value(&report.to_json(), &args.output)?;
+        crate::flags::print_structured(&report.to_json(), args.output)?;
     }
     Ok(if report.failed() {
         ExitCode::from(1)

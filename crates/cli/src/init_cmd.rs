@@ -3,7 +3,6 @@
 //! decides and writes), or (`--check`) the differences between a spec and that cluster.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use kk_spec::adopt;
@@ -25,19 +24,13 @@ pub struct InitArgs {
     /// policy discovery needs, and exit.
     #[arg(long, requires = "discover")]
     permissions: bool,
-    /// Kubeconfig of the running cluster (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context of the running cluster.
-    #[arg(long)]
-    context: Option<String>,
-    /// Kubeconfig of Kubean's management cluster (default: Kubean's objects are looked for in
-    /// the running cluster itself).
-    #[arg(long)]
-    mgmt_kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context of Kubean's management cluster.
-    #[arg(long)]
-    mgmt_context: Option<String>,
+    /// The running cluster.
+    #[command(flatten)]
+    kube: crate::flags::KubeFlags,
+    /// Kubean's management cluster (without these, Kubean's objects are looked for in the
+    /// running cluster itself).
+    #[command(flatten)]
+    mgmt: crate::flags::MgmtFlags,
     /// AWS region (default: the Nodes' topology.kubernetes.io/region, then the AWS config).
     #[arg(long)]
     region: Option<String>,
@@ -143,17 +136,8 @@ fn write_private(path: &str, text: &str) -> Result<(), Failure> {
 }
 
 fn observe(args: &InitArgs) -> Result<adopt::Observed, Failure> {
-    let cluster_options = kk_live::client::ClientOptions {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
-    };
-    let management_options =
-        (args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some()).then(|| {
-            kk_live::client::ClientOptions {
-                kubeconfig: args.mgmt_kubeconfig.clone(),
-                context: args.mgmt_context.clone(),
-            }
-        });
+    let cluster_options = args.kube.options();
+    let management_options = args.mgmt.given(args.kube.kubeconfig.as_deref());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -11,7 +11,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kk_live::ClientOptions;
 use serde_json::json;
 
 use crate::Failure;
@@ -26,13 +25,9 @@ pub struct KubeconfigArgs {
     /// Replace an existing file.
     #[arg(long)]
     force: bool,
-    /// Kubeconfig of the management cluster, where Kubean runs (default: the spec's
-    /// `kubean.managementCluster`).
-    #[arg(long)]
-    mgmt_kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context of the management cluster.
-    #[arg(long)]
-    mgmt_context: Option<String>,
+    /// Where Kubean runs.
+    #[command(flatten)]
+    mgmt: crate::flags::MgmtFlags,
     /// Accept a kubeconfig whose users run an exec plugin or auth provider, or read local
     /// files (tokenFile, client-certificate, client-key, certificate-authority): it would
     /// run them on this machine whenever it is used. Refused by default: the ConfigMap is
@@ -40,31 +35,26 @@ pub struct KubeconfigArgs {
     /// cluster's either way.
     #[arg(long)]
     allow_exec: bool,
-    /// Report format: text or json (never the kubeconfig itself).
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
-    output: String,
+    /// Report format: text, json or yaml (never the kubeconfig itself).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
     let (loaded, base) = crate::load_spec(&args.spec)?;
     let spec = &loaded.spec;
-    let management = if args.mgmt_kubeconfig.is_some() || args.mgmt_context.is_some() {
-        ClientOptions {
-            kubeconfig: args.mgmt_kubeconfig.clone(),
-            context: args.mgmt_context.clone(),
-        }
-    } else if let Some(access) = &spec.spec.kubean.management_cluster {
-        ClientOptions {
-            kubeconfig: access.kubeconfig.as_ref().map(|k| base.join(k)),
-            context: access.context.clone(),
-        }
-    } else {
-        return Err(Failure(
-            "name the management cluster where Kubean runs: --mgmt-context (and \
+    let management =
+        if let Some(given) = args.mgmt.given(None).or_else(|| {
+            crate::flags::spec_access(spec.spec.kubean.management_cluster.as_ref(), &base)
+        }) {
+            given
+        } else {
+            return Err(Failure(
+                "name the management cluster where Kubean runs: --mgmt-context (and \
              --mgmt-kubeconfig) or spec.kubean.managementCluster"
-                .into(),
-        ));
-    };
+                    .into(),
+            ));
+        };
     if args.file.exists() && !args.force {
         return Err(Failure(format!(
             "{} exists; pass --force to replace it",
@@ -99,15 +89,15 @@ pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
     })?;
     let hash = vetted.ca_hash;
     write_private(&args.file, text.as_bytes())?;
-    if args.output == "json" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
+    if args.output.is_structured() {
+        crate::flags::print_structured(
+            &json!({
                 "file": args.file.display().to_string(),
                 "source": source,
                 "caCertHash": hash,
-            }))?
-        );
+            }),
+            args.output,
+        )?;
     } else {
         println!(
             "wrote {} (mode 0600) from {source}; CA hash {hash}. Stage 2: set caBundle: {{kubeconfig: {{path: {}}}}} and access: {{kubeconfig: {}}} in the spec and render again",

@@ -239,6 +239,29 @@ fn read_limited(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
     Ok(bytes)
 }
 
+/// The spec's warnings (valid, but probably not meant), and those of the day (a Kubernetes
+/// minor past its end of life), one `warning:` line each on stderr; how many.
+pub fn print_warnings(loaded: &LoadedSpec) -> usize {
+    let today = kk_spec::kubernetes_support::today();
+    let mut all = loaded.warnings.clone();
+    all.extend(loaded.dated_warnings(&today));
+    all.sort_by_key(|w| w.pos);
+    for warning in &all {
+        eprintln!("warning: {warning}");
+    }
+    all.len()
+}
+
+/// Reads a spec from a path or `-`; returns it with the directory relative paths resolve against.
+pub fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
+    read_spec(arg)
+}
+
+/// A spec from text (the built-in example).
+pub fn load_text(text: &str, file: &str) -> Result<LoadedSpec, Failure> {
+    kk_spec::parse_spec(text, file).map_err(|errors| spec_failure(&errors, file))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

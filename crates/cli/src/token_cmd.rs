@@ -1,6 +1,5 @@
 //! `token create|list|revoke` and `ca-hash`: bootstrap tokens and the CA hash `kubeadm join`
-//! pins; also the kubeconfig and join-store arguments `controller` shares
-//! (see `controller_cmd.rs`).
+//! pins; also the join-store arguments `controller` shares (see `controller_cmd.rs`).
 //!
 //! A token's secret half is printed only with `--show-secret`; errors never carry it.
 
@@ -8,32 +7,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kk_live::ClientOptions;
 use kk_live::client::{Connected, Timeouts, connect};
 use kk_live::store::{self, JoinStore, StoreKind};
 use kk_live::token::{self, NewToken, Timestamp, TokenInfo, format_duration, parse_duration};
 use serde_json::json;
 
 use crate::Failure;
-
-#[derive(clap::Args, Clone, Debug)]
-pub struct KubeArgs {
-    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the pod's service account).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context (default: the current context).
-    #[arg(long)]
-    context: Option<String>,
-}
-
-impl KubeArgs {
-    pub(crate) fn options(&self) -> ClientOptions {
-        ClientOptions {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-        }
-    }
-}
+use crate::flags::KubeFlags;
 
 /// Where the join configuration is published: from a spec, from flags, or both (flags win).
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -216,7 +196,7 @@ pub enum TokenCommand {
     #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     Create {
         #[command(flatten)]
-        kube: KubeArgs,
+        kube: KubeFlags,
         /// Lifetime, e.g. 2h, 90m; at most 24h.
         #[arg(long, default_value = "2h", value_parser = parse_duration)]
         ttl: Duration,
@@ -237,17 +217,17 @@ pub enum TokenCommand {
     #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     List {
         #[command(flatten)]
-        kube: KubeArgs,
-        /// text or json.
-        #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
-        output: String,
+        kube: KubeFlags,
+        /// text, json or yaml.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+        output: crate::flags::OutputFormat,
     },
     /// Delete a bootstrap token. With store options, refuses to delete the token the store
     /// publishes (nodes would fail to join): publish a new one first.
     #[command(after_help = "Docs: docs/guide/join-credentials.md")]
     Revoke {
         #[command(flatten)]
-        kube: KubeArgs,
+        kube: KubeFlags,
         /// The token ID (the part before the dot).
         id: String,
         #[command(flatten)]
@@ -268,13 +248,13 @@ pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
             token::check_ttl_ceiling(ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
             create(&kube, ttl, description, show_secret, publish, &store)
         }
-        TokenCommand::List { kube, output } => list(&kube, &output),
+        TokenCommand::List { kube, output } => list(&kube, output),
         TokenCommand::Revoke { kube, id, store } => revoke(&kube, &id, &store),
     }
 }
 
 fn create(
-    kube: &KubeArgs,
+    kube: &KubeFlags,
     ttl: Duration,
     description: Option<String>,
     show_secret: bool,
@@ -357,13 +337,13 @@ fn remaining(info: &TokenInfo, now: Timestamp) -> String {
     }
 }
 
-fn list(kube: &KubeArgs, output: &str) -> Result<ExitCode, Failure> {
+fn list(kube: &KubeFlags, output: crate::flags::OutputFormat) -> Result<ExitCode, Failure> {
     let tokens = runtime()?.block_on(async {
         let connected = connect(&kube.options(), Timeouts::OneShot).await?;
         Ok::<_, Failure>(token::list(&connected.client).await?)
     })?;
     let now = Timestamp::now();
-    if output == "json" {
+    if output.is_structured() {
         let items: Vec<_> = tokens
             .iter()
             .map(|t| {
@@ -379,7 +359,8 @@ fn list(kube: &KubeArgs, output: &str) -> Result<ExitCode, Failure> {
                 })
             })
             .collect();
-        return print_out(&format!("{}\n", serde_json::to_string_pretty(&items)?));
+        crate::flags::print_structured(&serde_json::Value::Array(items), output)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let mut text = format!(
         "{:<8} {:<22} {:<10} {:<24} {:<5} DESCRIPTION\n",
@@ -401,7 +382,7 @@ fn list(kube: &KubeArgs, output: &str) -> Result<ExitCode, Failure> {
     print_out(&text)
 }
 
-fn revoke(kube: &KubeArgs, id: &str, store_args: &StoreArgs) -> Result<ExitCode, Failure> {
+fn revoke(kube: &KubeFlags, id: &str, store_args: &StoreArgs) -> Result<ExitCode, Failure> {
     token::validate_id(id)?;
     let target = resolve_target(store_args, false)?;
     let info = runtime()?.block_on(async {
@@ -434,7 +415,7 @@ fn revoke(kube: &KubeArgs, id: &str, store_args: &StoreArgs) -> Result<ExitCode,
 #[derive(clap::Args, Debug)]
 pub struct CaHashArgs {
     #[command(flatten)]
-    kube: KubeArgs,
+    kube: KubeFlags,
     /// Hash this PEM file's first certificate instead of the kubeconfig's CA.
     #[arg(long, conflicts_with_all = ["from_cluster", "kubeconfig", "context"])]
     pem: Option<PathBuf>,

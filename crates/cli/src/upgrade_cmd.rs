@@ -45,9 +45,9 @@ pub struct PlanArgs {
     /// AWS region for --resolve (default: the spec's).
     #[arg(long)]
     region: Option<String>,
-    /// Output: text or json.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
-    output: String,
+    /// Output: text, json or yaml.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
     /// Also write the plan as one self-contained HTML page (no network): the steps as cards,
     /// each AMI step's drift as a timeline of replacement waves per pool.
     #[arg(long, value_name = "FILE")]
@@ -175,11 +175,10 @@ pub fn run(command: UpgradeCommand) -> Result<ExitCode, Failure> {
     if let Some(path) = &args.html {
         crate::files::write_report(path, &crate::report::upgrade::html(&plan))?;
     }
-    let text = if args.output == "json" {
-        serde_json::to_string_pretty(&plan.to_json())? + "\n"
+    if args.output.is_structured() {
+        crate::flags::print_structured(&plan.to_json(), args.output)?;
     } else {
-        upgrade::to_text(&plan)
-    };
-    std::io::stdout().write_all(text.as_bytes())?;
+        std::io::stdout().write_all(upgrade::to_text(&plan).as_bytes())?;
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,6 @@
 //! clean-up on success, failure and Ctrl-C. Exit 0 all passed, 1 a pool did not, 2 error.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,11 +33,9 @@ pub struct VerifyArgs {
     /// Namespace for the verification workloads.
     #[arg(long, default_value = "default")]
     namespace: String,
-    /// Kubeconfig of the new cluster (default: the spec's `access`, then $KUBECONFIG).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    #[arg(long)]
-    context: Option<String>,
+    /// The new cluster.
+    #[command(flatten)]
+    kube: crate::flags::KubeFlags,
     /// Do not run doctor's checks when a phase stalls.
     #[arg(long)]
     no_doctor: bool,
@@ -50,9 +47,9 @@ pub struct VerifyArgs {
     /// node verify did not launch is never named.
     #[arg(long)]
     interruption: bool,
-    /// Output: text (progress on stderr, table on stdout) or json.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
-    output: String,
+    /// Output: text (progress on stderr, table on stdout), json or yaml.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 /// Everything from the cluster (notes, what verify saw, errors) is escaped: a node or a pod
@@ -167,12 +164,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
     } else {
         None
     };
-    let client_options = crate::client_options(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-        spec.access.as_ref(),
-        &base,
-    );
+    let client_options = args.kube.or_spec(spec.access.as_ref(), &base);
     let mut facts = Facts::from_spec(&loaded.spec);
     facts.grace = Duration::ZERO;
     if let Some(text) = bundle.files.get("iam/controller-policy.json") {
@@ -268,14 +260,14 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         eprintln!("interrupted: cleaned up {} object(s)", cleaned.len());
         return Ok(ExitCode::from(130));
     }
-    if args.output == "json" {
+    if args.output.is_structured() {
         let v = serde_json::json!({
             "runId": options.run_id,
             "passed": results.iter().all(PoolResult::passed),
             "pools": results.iter().map(PoolResult::to_json).collect::<Vec<_>>(),
             "cleanedUp": cleaned,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::flags::print_structured(&v, args.output)?;
     } else {
         print!("{}", table(&results));
     }

@@ -27,8 +27,8 @@ pub const VERSION_LINE: &str = concat!(
 pub struct VersionArgs {
     /// Output: text (one line, as --version), json or yaml (an object with version, commit,
     /// buildDate, rustc and the default component versions).
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 pub fn run(args: VersionArgs) -> Result<ExitCode, Failure> {
@@ -47,11 +47,10 @@ pub fn run(args: VersionArgs) -> Result<ExitCode, Failure> {
             })
             .collect::<serde_json::Map<_, _>>(),
     });
-    let text = match args.output.as_str() {
-        "json" => serde_json::to_string_pretty(&info)? + "\n",
-        "yaml" => serde_saphyr::to_string(&info)?,
-        _ => format!("kubean-karpenter {VERSION_LINE}\n"),
-    };
-    std::io::stdout().write_all(text.as_bytes())?;
+    if args.output.is_structured() {
+        crate::flags::print_structured(&info, args.output)?;
+    } else {
+        std::io::stdout().write_all(format!("kubean-karpenter {VERSION_LINE}\n").as_bytes())?;
+    }
     Ok(ExitCode::SUCCESS)
 }

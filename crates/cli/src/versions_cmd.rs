@@ -18,8 +18,8 @@ pub struct VersionsArgs {
     /// of the matrix.
     spec: Option<String>,
     /// Output: text, json or yaml.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
 #[derive(clap::Args)]
@@ -27,16 +27,19 @@ pub struct ImagesArgs {
     /// The spec file, or - for standard input.
     spec: String,
     /// Output: text (one reference a line, then how to pin the tag-only ones), json or yaml.
-    #[arg(short = 'o', long = "output", value_parser = ["text", "json", "yaml"], default_value = "text")]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
 }
 
-fn print(value: &Value, output: &str, text: impl FnOnce() -> String) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    match output {
-        "json" => writeln!(out, "{}", serde_json::to_string_pretty(value)?)?,
-        "yaml" => out.write_all(serde_saphyr::to_string(value)?.as_bytes())?,
-        _ => out.write_all(text().as_bytes())?,
+fn print(
+    value: &Value,
+    output: crate::flags::OutputFormat,
+    text: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    if output.is_structured() {
+        crate::flags::print_structured(value, output)?;
+    } else {
+        std::io::stdout().lock().write_all(text().as_bytes())?;
     }
     Ok(())
 }
@@ -186,7 +189,7 @@ pub fn versions(args: VersionsArgs) -> Result<ExitCode, Failure> {
             "pins": pins(&l.spec),
         });
     }
-    print(&value, &args.output, || versions_text(&value))?;
+    print(&value, args.output, || versions_text(&value))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -309,7 +312,7 @@ pub fn images(args: ImagesArgs) -> Result<ExitCode, Failure> {
             })
             .collect(),
     );
-    print(&value, &args.output, || {
+    print(&value, args.output, || {
         let mut out = String::new();
         for i in bundle.iter().chain(&kubespray) {
             let state = if i.digest.is_some() {

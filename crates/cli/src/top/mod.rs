@@ -9,7 +9,6 @@
 //! instead of a cluster.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,12 +26,9 @@ mod screen;
 pub struct TopArgs {
     /// The ElasticCluster spec: its `access` names the kubeconfig (optional).
     spec: Option<String>,
-    /// Kubeconfig of the new cluster (default: the spec's `access`, then $KUBECONFIG).
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context of the new cluster.
-    #[arg(long)]
-    context: Option<String>,
+    /// The new cluster.
+    #[command(flatten)]
+    kube: crate::flags::KubeFlags,
     /// Show one NodePool only.
     #[arg(long, value_name = "NODEPOOL")]
     pool: Option<String>,
@@ -40,8 +36,8 @@ pub struct TopArgs {
     #[arg(long)]
     once: bool,
     /// Snapshot format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json", "yaml"])]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
     /// Read the state from these files (NodePools, EC2NodeClasses, NodeClaims, Nodes, Pods,
     /// DaemonSets; `List`s included) instead of a cluster; implies --once.
     #[arg(long, value_name = "FILE", num_args = 1..)]
@@ -83,34 +79,25 @@ fn sources(listed: Vec<(String, String)>) -> Vec<SourceFile> {
 }
 
 fn client_options(args: &TopArgs) -> Result<ClientOptions, Failure> {
-    let (kubeconfig, context) = (args.kubeconfig.as_deref(), args.context.as_deref());
     let Some(spec) = args.spec.as_deref() else {
-        return Ok(crate::client_options(
-            kubeconfig,
-            context,
-            None,
-            std::path::Path::new("."),
-        ));
+        return Ok(args.kube.options());
     };
     let (loaded, base) = crate::load_spec(spec)?;
-    Ok(crate::client_options(
-        kubeconfig,
-        context,
-        loaded.spec.spec.access.as_ref(),
-        &base,
-    ))
+    Ok(args.kube.or_spec(loaded.spec.spec.access.as_ref(), &base))
 }
 
-fn print_snapshot(fleet: &Fleet, format: &str) -> Result<(), Failure> {
+fn print_snapshot(fleet: &Fleet, format: crate::flags::OutputFormat) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     match format {
-        "json" => {
+        crate::flags::OutputFormat::Json => {
             let mut text = serde_json::to_string_pretty(fleet)?;
             text.push('\n');
             out.write_all(text.as_bytes())?;
         }
-        "yaml" => out.write_all(kk_model::yaml::to_yaml(fleet)?.as_bytes())?,
-        _ => {
+        crate::flags::OutputFormat::Yaml => {
+            out.write_all(kk_model::yaml::to_yaml(fleet)?.as_bytes())?
+        }
+        crate::flags::OutputFormat::Text => {
             let lines = layout::lines(fleet, layout::MIN_WIDTH, "");
             out.write_all(layout::plain(&lines).as_bytes())?;
         }
@@ -137,7 +124,7 @@ pub fn run(args: &TopArgs) -> Result<ExitCode, Failure> {
         };
         let state = load_state(&files)?;
         let now = now.or(state.latest).unwrap_or_else(unix_now);
-        print_snapshot(&fleet_of(&state, now, args.pool.as_deref()), &args.output)?;
+        print_snapshot(&fleet_of(&state, now, args.pool.as_deref()), args.output)?;
         return Ok(ExitCode::SUCCESS);
     }
     let options = client_options(args)?;
@@ -154,7 +141,7 @@ pub fn run(args: &TopArgs) -> Result<ExitCode, Failure> {
                 .await
                 .map_err(|e| Failure(format!("reading the cluster's state: {e}")))?;
             let fleet = view(&sources(listed), unix_now(), args.pool.as_deref())?;
-            return print_snapshot(&fleet, &args.output);
+            return print_snapshot(&fleet, args.output);
         }
         let watch = kk_live::fleet_watch::FleetWatch::start(client)
             .await

@@ -161,7 +161,7 @@ fn unknown_values_exit_2_with_a_message() {
             "--type \"m6i.huge\": unknown instance type",
         ),
         (&["--arch", "sparc"][..], "invalid value 'sparc'"),
-        (&["-o", "yaml"][..], "invalid value 'yaml'"),
+        (&["-o", "xml"][..], "invalid value 'xml'"),
         (&["--min-cpu", "lots"][..], "invalid value 'lots'"),
         (
             &["--spot-fraction=0"][..],

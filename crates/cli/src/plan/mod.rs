@@ -12,7 +12,6 @@ use kk_sim::{LoadOptions, SourceFile};
 
 use crate::{Failure, sources};
 
-#[path = "plan_disrupt_cmd.rs"]
 mod disrupt;
 
 #[derive(clap::Args)]
@@ -60,8 +59,8 @@ pub struct PlanArgs {
     )]
     capacity_reservations: Vec<String>,
     /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json", "yaml"])]
-    output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    output: crate::flags::OutputFormat,
     /// Explain one pod (namespace/name, e.g. inference/vllm-7): where it went, or every
     /// candidate's reason for refusing it. With --disrupt: one node's story.
     #[arg(long, value_name = "NAMESPACE/POD|NODE")]
@@ -191,9 +190,9 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     let mut out = std::io::stdout().lock();
     if let Some(pod) = &args.explain {
         let e = kk_sim::explain(&input, pod).map_err(|e| Failure(e.to_string()))?;
-        if args.output == "json" {
+        if args.output == crate::flags::OutputFormat::Json {
             writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
-        } else if args.output == "yaml" {
+        } else if args.output == crate::flags::OutputFormat::Yaml {
             out.write_all(kk_model::yaml::to_yaml(&e)?.as_bytes())?;
         } else {
             out.write_all(e.render().as_bytes())?;
@@ -204,11 +203,11 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     if let Some(path) = &args.html {
         write_html(path, &plan, &input)?;
     }
-    if args.output == "json" {
+    if args.output == crate::flags::OutputFormat::Json {
         let mut buffered = std::io::BufWriter::new(&mut out);
         plan.write_json(&mut buffered)?;
         buffered.flush()?;
-    } else if args.output == "yaml" {
+    } else if args.output == crate::flags::OutputFormat::Yaml {
         out.write_all(kk_model::yaml::to_yaml(&plan)?.as_bytes())?;
     } else {
         out.write_all(plan.render_table().as_bytes())?;

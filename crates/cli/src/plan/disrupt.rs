@@ -103,10 +103,12 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let mut report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
     report.drift = drift;
     let mut out = std::io::stdout().lock();
-    match args.output.as_str() {
-        "json" => out.write_all(report.to_json().as_bytes())?,
-        "yaml" => out.write_all(kk_model::yaml::to_yaml(&report)?.as_bytes())?,
-        _ => match &args.explain {
+    match args.output {
+        crate::flags::OutputFormat::Json => out.write_all(report.to_json().as_bytes())?,
+        crate::flags::OutputFormat::Yaml => {
+            out.write_all(kk_model::yaml::to_yaml(&report)?.as_bytes())?
+        }
+        crate::flags::OutputFormat::Text => match &args.explain {
             Some(node) => out.write_all(report.render_explain(node).as_bytes())?,
             None => out.write_all(report.render_table().as_bytes())?,
         },
