@@ -31,8 +31,6 @@ pub mod kube_error;
 pub mod kubeconf;
 pub mod node_network;
 pub mod store;
-#[doc(hidden)]
-pub mod testbed;
 pub mod token;
 pub mod verify;
 

@@ -13,7 +13,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
+fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
         .envs(&tb.env)
         .args(args)
@@ -32,7 +32,7 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// The parameters moto serves in the testbed's region, as the testbed dumped them.
-fn seed(tb: &kk_live::testbed::Testbed) -> BTreeMap<String, String> {
+fn seed(tb: &kk_testkit::testbed::Testbed) -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(&tb.env["KK_TESTBED_SSM_SEED"]).unwrap();
     let all: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(&text).unwrap();
     all[&tb.env["AWS_REGION"]].clone()
@@ -51,7 +51,7 @@ fn flavors(seed: &BTreeMap<String, String>) -> BTreeSet<(String, String, String)
 
 #[test]
 fn list_and_resolve_match_every_seeded_release() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "ami_testbed") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "ami_testbed") else {
         return;
     };
     let seed = seed(&tb);
@@ -103,7 +103,7 @@ fn list_and_resolve_match_every_seeded_release() {
 
 #[test]
 fn a_dated_release_resolves_for_rollback_and_an_unknown_one_is_an_error() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "ami_testbed") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "ami_testbed") else {
         return;
     };
     let seed = seed(&tb);
@@ -150,7 +150,7 @@ fn a_dated_release_resolves_for_rollback_and_an_unknown_one_is_an_error() {
 /// cluster's Kubernetes version and pin it as `al2023@v<date>`.
 #[test]
 fn seed_002_resolve_then_pin() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "ami_testbed") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "ami_testbed") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -209,7 +209,7 @@ fn seed_002_resolve_then_pin() {
 /// Custom (kubeadm) images: by owner, name pattern and tag, with creation and deprecation dates.
 #[test]
 fn custom_images_by_owner_name_and_tag() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "ami_testbed") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "ami_testbed") else {
         return;
     };
     let script = "import boto3, json, uuid

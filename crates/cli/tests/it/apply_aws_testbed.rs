@@ -16,7 +16,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
+fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
         .envs(&tb.env)
         .args(args)
@@ -25,7 +25,7 @@ fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
 }
 
 /// Python with boto3 against the testbed's moto.
-fn aws(tb: &kk_live::testbed::Testbed, script: &str) -> String {
+fn aws(tb: &kk_testkit::testbed::Testbed, script: &str) -> String {
     let out = Command::new("python3")
         .envs(&tb.env)
         .arg("-c")
@@ -54,7 +54,7 @@ struct World {
 
 /// A unique cluster in moto: a node security group, a control-plane one, a subnet and a
 /// "Kubean-built" instance.
-fn world(tb: &kk_live::testbed::Testbed) -> World {
+fn world(tb: &kk_testkit::testbed::Testbed) -> World {
     let out = aws(
         tb,
         "import uuid
@@ -105,7 +105,7 @@ fn spec(dir: &Path, w: &World, cp_sg: &str) -> PathBuf {
 }
 
 /// Everything apply manages in moto for this cluster, as one JSON value.
-fn aws_state(tb: &kk_live::testbed::Testbed, w: &World) -> Value {
+fn aws_state(tb: &kk_testkit::testbed::Testbed, w: &World) -> Value {
     let out = aws(
         tb,
         &format!(
@@ -133,7 +133,7 @@ print(json.dumps(out, default=str, sort_keys=True))",
 }
 
 /// The apiserver's own count of requests it served (kube-apiserver /metrics).
-fn apiserver_requests(tb: &kk_live::testbed::Testbed) -> f64 {
+fn apiserver_requests(tb: &kk_testkit::testbed::Testbed) -> f64 {
     let out = Command::new("curl")
         .args(["-sS", "--cacert", &tb.env["KK_TESTBED_CA"], "-H"])
         .arg(format!(
@@ -151,7 +151,7 @@ fn apiserver_requests(tb: &kk_live::testbed::Testbed) -> f64 {
 }
 
 /// moto's request log: one line per request (testbed/README.md).
-fn moto_requests(tb: &kk_live::testbed::Testbed) -> usize {
+fn moto_requests(tb: &kk_testkit::testbed::Testbed) -> usize {
     let log = tb.kubeconfig.parent().unwrap().join("logs/moto.log");
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -159,7 +159,7 @@ fn moto_requests(tb: &kk_live::testbed::Testbed) -> usize {
         .count()
 }
 
-fn resource_versions(list: &Value, tb: &kk_live::testbed::Testbed) -> BTreeMap<String, String> {
+fn resource_versions(list: &Value, tb: &kk_testkit::testbed::Testbed) -> BTreeMap<String, String> {
     let _ = tb;
     list.as_array()
         .unwrap()
@@ -178,7 +178,7 @@ fn resource_versions(list: &Value, tb: &kk_live::testbed::Testbed) -> BTreeMap<S
         .collect()
 }
 
-fn apply_args<'a>(tb: &'a kk_live::testbed::Testbed, spec: &'a str) -> Vec<&'a str> {
+fn apply_args<'a>(tb: &'a kk_testkit::testbed::Testbed, spec: &'a str) -> Vec<&'a str> {
     let k = tb.kubeconfig.to_str().unwrap();
     vec![
         "apply",
@@ -195,14 +195,14 @@ fn apply_args<'a>(tb: &'a kk_live::testbed::Testbed, spec: &'a str) -> Vec<&'a s
 
 /// Runs `apply` with the testbed's flags (plus `extra`), asserts it succeeded, and returns
 /// what it printed on stderr.
-fn apply_ok(tb: &kk_live::testbed::Testbed, spec: &str, extra: &[&str]) -> String {
+fn apply_ok(tb: &kk_testkit::testbed::Testbed, spec: &str, extra: &[&str]) -> String {
     let out = cli(tb, &[apply_args(tb, spec).as_slice(), extra].concat());
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "apply failed: {stderr}");
     stderr
 }
 
-fn kubean_namespace(tb: &kk_live::testbed::Testbed, w: &World, dir: &Path) {
+fn kubean_namespace(tb: &kk_testkit::testbed::Testbed, w: &World, dir: &Path) {
     let ns = dir.join("ns.yaml");
     std::fs::write(&ns, format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: kubean-{}}}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: default, namespace: default}}\n", w.name)).unwrap();
     let out = cli(
@@ -223,7 +223,7 @@ fn kubean_namespace(tb: &kk_live::testbed::Testbed, w: &World, dir: &Path) {
 
 #[test]
 fn apply_builds_the_aws_side_and_a_second_apply_changes_nothing() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: AWS side") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: AWS side") else {
         return;
     };
     let _turn = crate::testbed_apply_turn();
@@ -327,7 +327,7 @@ fn apply_builds_the_aws_side_and_a_second_apply_changes_nothing() {
 
 #[test]
 fn an_aws_refusal_half_way_exits_2_and_the_rerun_resumes() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: AWS refusal half-way") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: AWS refusal half-way") else {
         return;
     };
     let _turn = crate::testbed_apply_turn();
@@ -363,7 +363,7 @@ fn an_aws_refusal_half_way_exits_2_and_the_rerun_resumes() {
 }
 
 /// The interruption queue (attributes, tags) and the rules named after it, as moto holds them.
-fn interruption_state(tb: &kk_live::testbed::Testbed, queue: &str) -> Value {
+fn interruption_state(tb: &kk_testkit::testbed::Testbed, queue: &str) -> Value {
     let out = aws(
         tb,
         &format!(
@@ -381,7 +381,7 @@ print(json.dumps({{'retention': a['MessageRetentionPeriod'], 'sse': a.get('SqsMa
 
 #[test]
 fn apply_creates_the_interruption_queue_and_rules_and_corrects_a_changed_policy() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: interruption queue") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: interruption queue") else {
         return;
     };
     let _turn = crate::testbed_apply_turn();
@@ -494,7 +494,7 @@ sqs.set_queue_attributes(QueueUrl=url, Attributes={{'Policy': json.dumps({{'Vers
 }
 
 /// doctor's verdict on one check, from `doctor -o json`.
-fn doctor_check(tb: &kk_live::testbed::Testbed, spec: &str, id: &str) -> Value {
+fn doctor_check(tb: &kk_testkit::testbed::Testbed, spec: &str, id: &str) -> Value {
     let out = cli(
         tb,
         &[
@@ -520,7 +520,7 @@ fn doctor_check(tb: &kk_live::testbed::Testbed, spec: &str, id: &str) -> Value {
 
 #[test]
 fn doctor_fails_with_a_fix_on_a_deleted_rule_and_on_a_wrong_queue_policy() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "doctor: interruption") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "doctor: interruption") else {
         return;
     };
     let _turn = crate::testbed_apply_turn();
@@ -598,7 +598,7 @@ sqs.set_queue_attributes(QueueUrl=url, Attributes={{'Policy': json.dumps({{'Vers
 /// role is claimed (tagged for this cluster), and then the other cluster's apply is refused.
 #[test]
 fn apply_refuses_a_node_role_tagged_for_another_cluster() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: a foreign node role") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: a foreign node role") else {
         return;
     };
     let _turn = crate::testbed_apply_turn();
@@ -606,7 +606,7 @@ fn apply_refuses_a_node_role_tagged_for_another_cluster() {
     let w = world(&tb);
     kubean_namespace(&tb, &w, dir.path());
     let role = format!("KarpenterNodeRole-{}", w.name);
-    let snapshot = |tb: &kk_live::testbed::Testbed| {
+    let snapshot = |tb: &kk_testkit::testbed::Testbed| {
         aws(
             tb,
             &format!(
@@ -658,7 +658,7 @@ iam.put_role_policy(RoleName='{role}', PolicyName='TheirJoinStore', PolicyDocume
 /// type) with the command that creates it, and is content once they all exist (moto's EC2).
 #[test]
 fn doctor_names_the_missing_endpoints_of_an_isolated_vpc() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "doctor: isolated VPC endpoints") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "doctor: isolated VPC endpoints") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

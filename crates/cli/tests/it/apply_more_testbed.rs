@@ -9,7 +9,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str], env: &[(&str, &str)]) -> Output {
+fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
         .envs(&tb.env)
         .envs(env.iter().copied())
@@ -43,7 +43,7 @@ fn unique() -> String {
 
 /// The example spec with unique names; `edit` changes it further.
 fn spec(
-    tb: &kk_live::testbed::Testbed,
+    tb: &kk_testkit::testbed::Testbed,
     dir: &Path,
     n: &str,
     edit: impl Fn(String) -> String,
@@ -86,7 +86,11 @@ fn spec(
     path
 }
 
-fn apply<'a>(tb: &'a kk_live::testbed::Testbed, spec: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+fn apply<'a>(
+    tb: &'a kk_testkit::testbed::Testbed,
+    spec: &'a Path,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let k = tb.kubeconfig.to_str().unwrap();
     let mut v = vec![
         "apply",
@@ -101,7 +105,7 @@ fn apply<'a>(tb: &'a kk_live::testbed::Testbed, spec: &'a Path, extra: &[&'a str
     v
 }
 
-fn kubectl(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
+fn kubectl(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
     Command::new("kubectl")
         .env("KUBECONFIG", &tb.kubeconfig)
         .args(args)
@@ -112,7 +116,7 @@ fn kubectl(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
 #[test]
 fn diff_shows_the_changed_field_and_changes_nothing() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply --diff") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply --diff") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -169,7 +173,7 @@ fn diff_shows_the_changed_field_and_changes_nothing() {
 #[test]
 fn prune_deletes_what_the_bundle_dropped_and_nodepools_only_when_confirmed() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply --prune") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply --prune") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -265,7 +269,7 @@ sys.exit("fake helm: unsupported " + " ".join(args))
 #[test]
 fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_helm() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: Helm") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: Helm") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -336,7 +340,7 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
 #[test]
 fn doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "doctor: read-only role") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "doctor: read-only role") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -456,7 +460,7 @@ fn verify_cleans_up_what_it_created_when_interrupted() {
     let _turn = crate::testbed_apply_turn();
     // The testbed has no scheduler: verify's pods stay Pending and it waits in its first
     // phase until Ctrl-C (SIGINT).
-    let Some(tb) = kk_live::testbed::require(&repo(), "verify: Ctrl-C") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "verify: Ctrl-C") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -527,7 +531,8 @@ fn an_apiserver_refusal_half_way_exits_2_lists_what_was_applied_and_the_rerun_re
     // only as a dry run: the dry run of everything passes, the real apply is refused at the
     // first Deployment (the CSR approver's), after the objects before it were applied. (The
     // turn keeps other tests' applies out of that namespace meanwhile.)
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: apiserver refusal half-way") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: apiserver refusal half-way")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

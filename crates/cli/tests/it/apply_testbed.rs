@@ -7,7 +7,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn apply(testbed: &kk_live::testbed::Testbed, args: &[&str]) -> std::process::Output {
+fn apply(testbed: &kk_testkit::testbed::Testbed, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
         .arg("apply")
         .arg("--kubeconfig")
@@ -20,7 +20,7 @@ fn apply(testbed: &kk_live::testbed::Testbed, args: &[&str]) -> std::process::Ou
 #[test]
 fn the_cli_prints_the_apiservers_cel_message_with_object_and_field_and_applies_nothing() {
     let _turn = crate::testbed_apply_turn();
-    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "cli apply") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -72,7 +72,7 @@ spec:
     assert!(!client_check, "the valid object must not have been applied");
 }
 
-fn kk_live_has_nodepool(testbed: &kk_live::testbed::Testbed, name: &str) -> bool {
+fn kk_live_has_nodepool(testbed: &kk_testkit::testbed::Testbed, name: &str) -> bool {
     let server = &testbed.env["KK_TESTBED_APISERVER"];
     let token = &testbed.env["KK_TESTBED_ADMIN_TOKEN"];
     let ca = &testbed.env["KK_TESTBED_CA"];
@@ -97,7 +97,7 @@ fn kk_live_has_nodepool(testbed: &kk_live::testbed::Testbed, name: &str) -> bool
 #[test]
 fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
     let _turn = crate::testbed_apply_turn();
-    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply example") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "cli apply example") else {
         return;
     };
     let spec = repo().join("crates/spec/src/example.yaml");
@@ -162,7 +162,7 @@ fn the_example_spec_passes_a_server_side_dry_run_through_the_cli() {
 #[test]
 fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_management_cluster() {
     let _turn = crate::testbed_apply_turn();
-    let Some(testbed) = kk_live::testbed::require(&repo(), "cli apply order") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "cli apply order") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -264,7 +264,7 @@ fn a_spec_applies_in_order_into_a_fresh_cluster_and_kubean_objects_need_the_mana
 fn stage_two_takes_the_kubeconfig_kubean_stored() {
     let _turn = crate::testbed_apply_turn();
     use std::os::unix::fs::PermissionsExt;
-    let Some(testbed) = kk_live::testbed::require(&repo(), "cli kubeconfig") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "cli kubeconfig") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kk_live::testbed::Testbed;
+use kk_testkit::testbed::Testbed;
 
 pub fn cli(tb: &Testbed, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))

@@ -35,21 +35,15 @@ fn has_key(value: &Value, key: &str) -> bool {
 
 #[test]
 fn a_kubelet_version_with_terminal_escapes_is_shown_escaped_and_adds_no_key() {
-    let Some(tb) = kk_live::testbed::require(&repo(), "init --discover: hostile nodeInfo") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "init --discover: hostile nodeInfo")
+    else {
         return;
     };
     // The kubeadm ConfigMap is cluster-wide state other testbed tests could read.
     let _turn = crate::testbed_apply_turn();
     let node_name = format!("ip-10-9-{}.ec2.internal", unique());
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt.block_on(async {
-        kk_live::client::make_client(&kk_live::client::ClientOptions {
-            kubeconfig: Some(tb.kubeconfig.clone()),
-            context: None,
-        })
-        .await
-        .unwrap()
-    });
+    let client = rt.block_on(tb.admin());
     let nodes: Api<Node> = Api::all(client.clone());
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
     let had_kubeadm_config = rt

@@ -29,18 +29,13 @@ fn node(name: &str) -> Node {
 
 #[test]
 fn from_cluster_lists_the_state_and_changes_nothing() {
-    let Some(testbed) = kk_live::testbed::require(&repo(), "plan --disrupt --from-cluster") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "plan --disrupt --from-cluster")
+    else {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let kubeconfig = testbed.kubeconfig.clone();
     let (client, versions) = rt.block_on(async {
-        let client = kk_live::client::make_client(&kk_live::client::ClientOptions {
-            kubeconfig: Some(kubeconfig),
-            context: None,
-        })
-        .await
-        .unwrap();
+        let client = testbed.admin().await;
         let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
         let pools: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "nodepools"));

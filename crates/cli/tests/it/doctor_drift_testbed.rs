@@ -52,17 +52,12 @@ fn pod(name: &str, node: &str, do_not_disrupt: bool) -> Pod {
 
 #[test]
 fn doctor_names_what_holds_each_drifted_node() {
-    let Some(testbed) = kk_live::testbed::require(&repo(), "doctor: drift held") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "doctor: drift held") else {
         return;
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let client = kk_live::client::make_client(&kk_live::client::ClientOptions {
-            kubeconfig: Some(testbed.kubeconfig.clone()),
-            context: None,
-        })
-        .await
-        .unwrap();
+        let client = testbed.admin().await;
         let pp = PostParams::default();
         let dynamic = |kind: &str, plural: &str| -> Api<DynamicObject> {
             let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", kind);

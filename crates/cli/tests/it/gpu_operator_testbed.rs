@@ -88,7 +88,7 @@ fn apply(helm: &Path, kubeconfig: &Path, spec: &Path) -> Output {
 #[test]
 fn apply_refuses_a_gpu_operator_upgrade_that_skips_a_release_line_or_goes_back() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "gpu operator upgrade path") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "gpu operator upgrade path") else {
         return;
     };
     let Some(helm) = crate::monitoring_testbed::helm("gpu operator upgrade path") else {

@@ -26,7 +26,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
+fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
         .envs(&tb.env)
         .args(args)
@@ -37,19 +37,14 @@ fn cli(tb: &kk_live::testbed::Testbed, args: &[&str]) -> Output {
 }
 
 /// The admin's client, with the runtime that drives it.
-fn admin(tb: &kk_live::testbed::Testbed) -> (tokio::runtime::Runtime, kube::Client) {
+fn admin(tb: &kk_testkit::testbed::Testbed) -> (tokio::runtime::Runtime, kube::Client) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt
-        .block_on(kk_live::make_client(&kk_live::ClientOptions {
-            kubeconfig: Some(tb.kubeconfig.clone()),
-            context: None,
-        }))
-        .unwrap();
+    let client = rt.block_on(tb.admin());
     (rt, client)
 }
 
 /// `kubectl delete ARGS --ignore-not-found`, best effort: clean-up of what a test made.
-fn delete(tb: &kk_live::testbed::Testbed, args: &[&str]) {
+fn delete(tb: &kk_testkit::testbed::Testbed, args: &[&str]) {
     let _ = Command::new("kubectl")
         .env("KUBECONFIG", &tb.kubeconfig)
         .arg("delete")
@@ -168,7 +163,7 @@ fn subjects(rt: &tokio::runtime::Runtime, client: &kube::Client, name: &str) -> 
 #[test]
 fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_available() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: controller handover") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: controller handover") else {
         return;
     };
     let n = unique();
@@ -391,7 +386,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
 #[test]
 fn apply_refuses_a_controller_namespace_someone_else_made() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "apply: squatted controller namespace")
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: squatted controller namespace")
     else {
         return;
     };

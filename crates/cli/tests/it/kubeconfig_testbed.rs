@@ -22,7 +22,7 @@ fn stderr(out: &Output) -> String {
 }
 
 /// Server-side applies `objects` to the testbed.
-fn apply(testbed: &kk_live::testbed::Testbed, dir: &Path, objects: &[Value]) {
+fn apply(testbed: &kk_testkit::testbed::Testbed, dir: &Path, objects: &[Value]) {
     let file = dir.join("objects.yaml");
     let text: Vec<String> = objects.iter().map(Value::to_string).collect();
     std::fs::write(&file, text.join("\n---\n")).unwrap();
@@ -71,7 +71,7 @@ fn b64(text: &str) -> String {
 }
 
 struct Setup {
-    testbed: kk_live::testbed::Testbed,
+    testbed: kk_testkit::testbed::Testbed,
     dir: tempfile::TempDir,
     spec: PathBuf,
     cluster: String,
@@ -82,7 +82,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(testbed: kk_live::testbed::Testbed, prefix: &str) -> Setup {
+    fn new(testbed: kk_testkit::testbed::Testbed, prefix: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let spec = dir.path().join("spec.yaml");
         // Fresh names per run: the testbed keeps what earlier runs created.
@@ -193,7 +193,7 @@ impl Setup {
 #[test]
 fn a_fetched_kubeconfig_that_would_run_code_or_read_local_files_is_refused() {
     let _turn = crate::testbed_apply_turn();
-    let Some(testbed) = kk_live::testbed::require(&repo(), "kubeconfig attacks") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "kubeconfig attacks") else {
         return;
     };
     let s = Setup::new(testbed, "kcexec");
@@ -269,7 +269,7 @@ fn a_fetched_kubeconfig_that_would_run_code_or_read_local_files_is_refused() {
 #[test]
 fn a_fetched_kubeconfig_whose_ca_is_not_the_clusters_is_refused() {
     let _turn = crate::testbed_apply_turn();
-    let Some(testbed) = kk_live::testbed::require(&repo(), "kubeconfig CA") else {
+    let Some(testbed) = kk_testkit::testbed::require(&repo(), "kubeconfig CA") else {
         return;
     };
     let s = Setup::new(testbed, "kcca");

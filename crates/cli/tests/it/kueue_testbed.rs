@@ -27,7 +27,7 @@ fn kueue_file(dir: &Path, n: &str) -> PathBuf {
 #[test]
 fn the_rendered_queue_objects_pass_kueues_crds_on_a_real_apiserver() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "kueue objects") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "kueue objects") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

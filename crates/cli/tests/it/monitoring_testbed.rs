@@ -44,7 +44,7 @@ fn monitoring_file(dir: &Path, namespace: &str) -> PathBuf {
 #[test]
 fn the_rendered_monitoring_objects_pass_the_operators_crds_on_a_real_apiserver() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "monitoring objects") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "monitoring objects") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -137,7 +137,7 @@ fn helm_template(
 #[test]
 fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd() {
     let _turn = crate::testbed_apply_turn();
-    let Some(tb) = kk_live::testbed::require(&repo(), "Karpenter's ServiceMonitor") else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), "Karpenter's ServiceMonitor") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -216,7 +216,7 @@ fn the_karpenter_charts_service_monitor_with_our_values_passes_the_operators_crd
 #[test]
 fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() {
     let test = "Karpenter's feature gates";
-    let Some(tb) = kk_live::testbed::require(&repo(), test) else {
+    let Some(tb) = kk_testkit::testbed::require(&repo(), test) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use kk_live::testbed::{Testbed, require};
+use kk_testkit::testbed::{Testbed, require};
 use serde_json::Value;
 
 fn repo() -> PathBuf {

@@ -287,13 +287,7 @@ impl Lab {
             .unwrap()
             .1
             .clone();
-        let client = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-            let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .unwrap();
-            Client::try_from(cfg).unwrap()
-        });
+        let client = rt.block_on(kk_testkit::clients::admin(&kubeconfig));
         if let Some(reason) = dead_daemon(&turn.env_file) {
             *BROKEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
             panic!("{test}: {reason}");

@@ -302,17 +302,9 @@ fn iam_tokens_authenticate_as_their_instance_and_every_attack_is_refused() {
 /// Node A, authenticated by its IAM token, may create and label its own Node, not node B's.
 fn node_restriction(lab: &Lab, token: &str, node_a: &str, node_b: &str) {
     let admin: Api<Node> = Api::all(lab.client.clone());
-    let as_node = lab.rt.block_on(async {
-        let kc = kube::config::Kubeconfig::read_from(lab.var("KUBECONFIG")).unwrap();
-        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        cfg.auth_info = kube::config::AuthInfo {
-            token: Some(token.to_owned().into()),
-            ..Default::default()
-        };
-        kube::Client::try_from(cfg).unwrap()
-    });
+    let as_node = lab
+        .rt
+        .block_on(kk_testkit::clients::bearer(lab.var("KUBECONFIG"), token));
     let nodes: Api<Node> = Api::all(as_node);
     // Registered as a real node does: Karpenter's unregistered taint and its own instance's
     // providerID, which the node registration policy (cloud/) requires of an instance-named Node.

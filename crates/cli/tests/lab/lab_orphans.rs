@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Event, Node};
+use kk_testkit::clients;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use lab::{Lab, claim_of, is_true};
 use serde_json::json;
@@ -24,16 +25,11 @@ const GRACE: &str = "20s";
 /// A client that is the kubelet of instance `name` (`system:node:<name>` in `system:nodes`):
 /// what its stolen client certificate or IAM session authenticates as.
 fn as_node(lab: &Lab, name: &str) -> kube::Client {
-    lab.rt.block_on(async {
-        let kc = kube::config::Kubeconfig::read_from(lab.var("KUBECONFIG")).unwrap();
-        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        cfg.auth_info.impersonate = Some(format!("system:node:{name}"));
-        cfg.auth_info.impersonate_groups =
-            Some(vec!["system:nodes".into(), "system:authenticated".into()]);
-        kube::Client::try_from(cfg).unwrap()
-    })
+    lab.rt.block_on(clients::impersonating(
+        lab.var("KUBECONFIG"),
+        &format!("system:node:{name}"),
+        &["system:nodes", "system:authenticated"],
+    ))
 }
 
 /// An instance ID no NodeClaim names (the terminated instance).
@@ -231,18 +227,11 @@ fn submit_token_csr(lab: &Lab, name: &str, instance: &str) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let client = lab.rt.block_on(async {
-        let kc = kube::config::Kubeconfig::read_from(lab.var("KUBECONFIG")).unwrap();
-        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        cfg.auth_info.impersonate = Some("system:bootstrap:kklab1".into());
-        cfg.auth_info.impersonate_groups = Some(vec![
-            kk_live::token::JOIN_TOKEN_GROUP.into(),
-            "system:authenticated".into(),
-        ]);
-        kube::Client::try_from(cfg).unwrap()
-    });
+    let client = lab.rt.block_on(clients::impersonating(
+        lab.var("KUBECONFIG"),
+        "system:bootstrap:kklab1",
+        &[kk_live::token::JOIN_TOKEN_GROUP, "system:authenticated"],
+    ));
     let body: CertificateSigningRequest = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {

@@ -17,7 +17,7 @@ const APPROVER: &str = kk_spec::names::CSR_APPROVER;
 /// The example spec's Karpenter namespace, where the controllers ran before.
 const KARPENTER: &str = "karpenter";
 
-async fn as_user(testbed: &kk_live::testbed::Testbed, user: &str, groups: &[&str]) -> Client {
+async fn as_user(testbed: &kk_testkit::testbed::Testbed, user: &str, groups: &[&str]) -> Client {
     let mut config = kube_config(testbed).await;
     config.auth_info.impersonate = Some(user.into());
     config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
@@ -25,7 +25,7 @@ async fn as_user(testbed: &kk_live::testbed::Testbed, user: &str, groups: &[&str
 }
 
 /// A service account as RBAC and admission see it (a pod mounting it would be it).
-async fn as_account(testbed: &kk_live::testbed::Testbed, namespace: &str, name: &str) -> Client {
+async fn as_account(testbed: &kk_testkit::testbed::Testbed, namespace: &str, name: &str) -> Client {
     as_user(
         testbed,
         &format!("system:serviceaccount:{namespace}:{name}"),
@@ -245,6 +245,6 @@ async fn a_pod_maker_in_karpenters_namespace_gets_no_controller_identity() {
     }
 }
 
-fn require_testbed() -> Option<kk_live::testbed::Testbed> {
-    kk_live::testbed::require(&repo(), "controllers in namespaces of their own")
+fn require_testbed() -> Option<kk_testkit::testbed::Testbed> {
+    kk_testkit::testbed::require(&repo(), "controllers in namespaces of their own")
 }

@@ -7,8 +7,8 @@ use crate::common::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kk_live::kube_error::KubeCallError;
 use kk_live::store::{self, JoinStore, PublishError, StoreError, StoreKind};
-use kk_live::testbed::require;
 use kk_live::token::{self, JOIN_TOKEN_GROUP, NewToken, Timestamp, TokenError};
+use kk_testkit::testbed::require;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 

@@ -16,7 +16,7 @@ use crate::common::*;
 use kk_live::controller::listener::Limits;
 use kk_live::controller::{Controller, ControllerConfig, LeaseConfig};
 use kk_live::store::StoreKind;
-use kk_live::testbed::require;
+use kk_testkit::testbed::require;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use k8s_openapi::api::core::v1::Node;
-use kk_live::testbed::{Testbed, require};
+use kk_testkit::testbed::{Testbed, require};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 

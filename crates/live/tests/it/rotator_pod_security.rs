@@ -11,7 +11,7 @@
 
 use crate::common::*;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kk_live::testbed::require;
+use kk_testkit::testbed::require;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 

@@ -4,23 +4,14 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
-use kk_live::testbed::{Testbed, require};
-use kk_live::{ApplyError, ApplyOptions, ClientOptions, apply_all};
+use kk_live::{ApplyError, ApplyOptions, apply_all};
+use kk_testkit::testbed::{Testbed, require};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-async fn admin(testbed: &Testbed) -> Client {
-    kk_live::make_client(&ClientOptions {
-        kubeconfig: Some(testbed.kubeconfig.clone()),
-        context: None,
-    })
-    .await
-    .unwrap()
 }
 
 /// Deletes the bundle's Pods (the verify pods) where another test's real apply left them: a
@@ -104,7 +95,7 @@ async fn every_rendered_bundle_is_accepted_by_a_server_side_dry_run() {
     let Some(testbed) = require(&repo(), "dry-run apply") else {
         return;
     };
-    let client = admin(&testbed).await;
+    let client = testbed.admin().await;
     prepare_namespaces(&client).await;
     let options = ApplyOptions {
         dry_run: true,
@@ -216,7 +207,7 @@ async fn invalid_objects_are_refused_with_the_cel_message_and_field() {
     let Some(testbed) = require(&repo(), "invalid objects") else {
         return;
     };
-    let client = admin(&testbed).await;
+    let client = testbed.admin().await;
     let options = ApplyOptions {
         dry_run: true,
         ..Default::default()
@@ -255,17 +246,7 @@ async fn create_token_secret(client: &Client, id: &str, secret: &str, expiration
 }
 
 async fn who_am_i(testbed: &Testbed, token: &str) -> Result<SelfSubjectReview, kube::Error> {
-    let mut config = kk_live::client::make_config(&ClientOptions {
-        kubeconfig: Some(testbed.kubeconfig.clone()),
-        context: None,
-    })
-    .await
-    .unwrap();
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_owned().into()),
-        ..Default::default()
-    };
-    let client = Client::try_from(config).unwrap();
+    let client = kk_testkit::clients::bearer(&testbed.kubeconfig, token).await;
     let api: Api<SelfSubjectReview> = Api::all(client);
     api.create(&PostParams::default(), &SelfSubjectReview::default())
         .await
@@ -291,7 +272,7 @@ async fn a_bootstrap_token_authenticates_and_an_expired_one_is_refused() {
     let Some(testbed) = require(&repo(), "bootstrap token") else {
         return;
     };
-    let client = admin(&testbed).await;
+    let client = testbed.admin().await;
     let (id, secret) = (random_id(6), format!("{}abcdef0123", random_id(6)));
     create_token_secret(&client, &id, &secret, "2099-01-01T00:00:00Z").await;
     let (old_id, old_secret) = (

@@ -14,7 +14,7 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Secret;
 use kk_live::ClientOptions;
 use kk_live::store::{JoinStore, StoreKind};
-use kk_live::testbed::Testbed;
+use kk_testkit::testbed::Testbed;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;

@@ -1,6 +1,6 @@
-//! Test support: finds the local testbed (testbed/up) for integration tests.
+//! The local testbed (`testbed/up`) for integration tests.
 //!
-//! Tests that need it call `require()`: with CI=true a missing testbed fails the test;
+//! Tests that need it call [`require`]: with CI=true a missing testbed fails the test;
 //! locally the test is skipped with one loud line naming the command that starts it.
 
 use std::collections::BTreeMap;
@@ -10,6 +10,13 @@ use std::path::{Path, PathBuf};
 pub struct Testbed {
     pub kubeconfig: PathBuf,
     pub env: BTreeMap<String, String>,
+}
+
+impl Testbed {
+    /// The admin's client (the testbed's kubeconfig), with kube's default timeouts.
+    pub async fn admin(&self) -> kube::Client {
+        crate::clients::admin(&self.kubeconfig).await
+    }
 }
 
 fn parse_env(text: &str) -> BTreeMap<String, String> {
@@ -43,5 +50,21 @@ pub fn require(repo_root: &Path, test: &str) -> Option<Testbed> {
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_env_file_is_its_export_lines_unquoted() {
+        let env = parse_env(
+            "# testbed/up\nexport KUBECONFIG=\"/tmp/tb/kubeconfig\"\n  export AWS_REGION='us-east-1'\nexport EMPTY=\nNOT_EXPORTED=1\n",
+        );
+        assert_eq!(env["KUBECONFIG"], "/tmp/tb/kubeconfig");
+        assert_eq!(env["AWS_REGION"], "us-east-1");
+        assert_eq!(env["EMPTY"], "");
+        assert_eq!(env.len(), 3);
     }
 }
