@@ -1,6 +1,7 @@
 //! Dev-only test kit: what the workspace's test binaries share, once. Only ever a
 //! `[dev-dependencies]` entry (never a normal dependency of a crate) and never published.
 //!
+//! - [`repo`]: the repository root.
 //! - [`testbed`]: the local testbed (`testbed/up`); [`testbed::require`] finds it or skips the
 //!   test (fails it under CI=true).
 //! - [`clients`]: kube clients from a kubeconfig (the testbed's or a lab's): its own user, its
@@ -11,3 +12,23 @@
 
 pub mod clients;
 pub mod testbed;
+
+use std::path::PathBuf;
+
+/// The repository root (this crate is `crates/testkit`).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_repository_root_holds_the_workspace_manifest() {
+        let manifest = std::fs::read_to_string(super::repo().join("Cargo.toml")).unwrap();
+        assert!(manifest.contains("[workspace]"));
+        assert!(super::repo().join("crates/testkit").is_dir());
+    }
+}

@@ -10,11 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use kk_testkit::repo;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))

@@ -1,11 +1,8 @@
 //! `kubean-karpenter apply` against the testbed's real apiserver.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kk_testkit::repo;
 
 fn apply(testbed: &kk_testkit::testbed::Testbed, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))

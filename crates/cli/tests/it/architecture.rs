@@ -4,16 +4,13 @@
 //! name (`kk-` left off; the binary `kubean-karpenter` lives in `crates/cli`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use kk_testkit::repo;
 use serde_json::Value;
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The folder (under `crates/`) each workspace package should live in.
 fn folder_for(package: &str) -> String {

@@ -3,16 +3,12 @@
 //! bytes discovery quotes back. The attack: terminal escapes and a newline that would start a
 //! YAML key in the kubelet version; the spec and the findings must show them, not obey them.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kk_testkit::repo;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// OSC 0 (set the window title) ended by BEL, then a newline and what would be a new key.
 const KUBELET_VERSION: &str = "\x1b]0;pwned\x07\n# injected: true";

@@ -1,16 +1,12 @@
 //! `kubean-karpenter plan --disrupt --from-cluster` against the testbed's real apiserver (with
 //! Karpenter's CRDs): the state is listed through the kubeconfig, and nothing is written.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kk_testkit::repo;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::json;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn node(name: &str) -> Node {
     serde_json::from_value(json!({

@@ -3,19 +3,15 @@
 //! `karpenter.sh/do-not-disrupt`, a PDB that allows no disruption, a Drifted budget of zero —
 //! next to one being replaced.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kk_testkit::repo;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn node(name: &str, pool: &str, disrupted: bool) -> Node {
     let taints = if disrupted {

@@ -7,9 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kk_testkit::repo;
 
 fn text(out: &Output) -> String {
     format!(

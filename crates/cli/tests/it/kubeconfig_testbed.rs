@@ -7,11 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use kk_testkit::repo;
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))

@@ -5,11 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
+use kk_testkit::repo;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
 
 /// Renders the example with its training pool and queue namespace renamed to `n`.
 fn kueue_file(dir: &Path, n: &str) -> PathBuf {

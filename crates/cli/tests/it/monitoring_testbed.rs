@@ -8,14 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
+use kk_testkit::repo;
+
 use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
 
 /// The operator release whose CRDs the objects are checked against.
 const OPERATOR_MODULE: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// A Namespace `namespace` and monitoring/ of the fixture that turns it on, rendered there.
 fn monitoring_file(dir: &Path, namespace: &str) -> PathBuf {

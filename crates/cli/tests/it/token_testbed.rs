@@ -1,15 +1,11 @@
 //! `token`, `ca-hash` as a user runs them against the testbed: exit codes, what is printed,
 //! and no token left behind when publishing fails.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use kk_testkit::repo;
 use kk_testkit::testbed::{Testbed, require};
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The binary with the testbed's environment (kubeconfig, moto endpoint, AWS test keys).
 fn bin(testbed: &Testbed) -> Command {

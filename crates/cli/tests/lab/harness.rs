@@ -198,12 +198,7 @@ fn release_finalizers() -> Patch<Value> {
     Patch::Merge(json!({"metadata": {"finalizers": null}}))
 }
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+pub use kk_testkit::repo;
 
 pub struct Lab {
     turn: Turn,

@@ -5,14 +5,11 @@ use std::path::PathBuf;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kk_live::{ApplyError, ApplyOptions, apply_all};
+use kk_testkit::repo;
 use kk_testkit::testbed::{Testbed, require};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Deletes the bundle's Pods (the verify pods) where another test's real apply left them: a
 /// Pod's tolerations are immutable, so a dry run against one with other tolerations is an
