@@ -4,12 +4,16 @@
 //! - [`repo`]: the repository root.
 //! - [`testbed`]: the local testbed (`testbed/up`); [`testbed::require`] finds it or skips the
 //!   test (fails it under CI=true).
+//! - [`cli::Cli`]: runs the `kubean-karpenter` binary. It is built from the binary's path, which
+//!   cargo gives only to the cli crate's own test binaries
+//!   (`env!("CARGO_BIN_EXE_kubean-karpenter")`).
 //! - [`clients`]: kube clients from a kubeconfig (the testbed's or a lab's): its own user, its
 //!   user impersonating another, or a bearer token alone.
 //!
 //! The lab harness (tests taking turns on the labs, reset, deploy) stays with the lab tests in
 //! `crates/cli/tests/lab`: it deploys the binary under test.
 
+pub mod cli;
 pub mod clients;
 pub mod testbed;
 

@@ -9,13 +9,7 @@ use std::process::{Command, Output};
 use kk_testkit::repo;
 use serde_json::Value;
 
-fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::cli;
 
 fn json_of(out: &Output) -> Value {
     assert!(

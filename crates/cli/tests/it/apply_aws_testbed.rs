@@ -8,18 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use kk_testkit::repo;
 use serde_json::Value;
 
-fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::cli;
 
 /// Python with boto3 against the testbed's moto.
 fn aws(tb: &kk_testkit::testbed::Testbed, script: &str) -> String {

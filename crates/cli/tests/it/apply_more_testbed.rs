@@ -5,16 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use kk_testkit::cli::Cli;
 use kk_testkit::repo;
 
-fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .envs(env.iter().copied())
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::cli;
 
 fn ok(out: &Output) -> String {
     assert!(
@@ -79,7 +73,6 @@ fn spec(
             "--kubeconfig",
             tb.kubeconfig.to_str().unwrap(),
         ],
-        &[],
     ));
     path
 }
@@ -120,15 +113,11 @@ fn diff_shows_the_changed_field_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let n = unique();
     let s = spec(&tb, dir.path(), &n, |t| t);
-    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]));
+    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"])));
     let changed = spec(&tb, dir.path(), &n, |t| {
         t.replace("workload-tier: general", "workload-tier: changed")
     });
-    let out = ok(&cli(
-        &tb,
-        &apply(&tb, &changed, &["--skip-helm", "--diff"]),
-        &[],
-    ));
+    let out = ok(&cli(&tb, &apply(&tb, &changed, &["--skip-helm", "--diff"])));
     assert!(
         out.contains(&format!("NodePool/wg-{n}:\n  spec.template.metadata.labels.workload-tier: \"general\" -> \"changed\"")),
         "{out}"
@@ -177,7 +166,7 @@ fn prune_deletes_what_the_bundle_dropped_and_nodepools_only_when_confirmed() {
     let dir = tempfile::tempdir().unwrap();
     let n = unique();
     let s = spec(&tb, dir.path(), &n, |t| t);
-    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]));
+    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"])));
     // The CPU pool renamed: its NodePool and inflate Deployment leave the bundle.
     let renamed = spec(&tb, dir.path(), &n, |t| {
         t.replace(&format!("wg-{n}"), &format!("wg2-{n}"))
@@ -185,7 +174,6 @@ fn prune_deletes_what_the_bundle_dropped_and_nodepools_only_when_confirmed() {
     let out = ok(&cli(
         &tb,
         &apply(&tb, &renamed, &["--skip-helm", "--prune"]),
-        &[],
     ));
     assert!(
         out.contains(&format!("default/Deployment/inflate-wg-{n} pruned")),
@@ -224,7 +212,6 @@ fn prune_deletes_what_the_bundle_dropped_and_nodepools_only_when_confirmed() {
             &renamed,
             &["--skip-helm", "--prune", "--prune-nodepools"],
         ),
-        &[],
     ));
     assert!(out.contains(&format!("NodePool/wg-{n} pruned")), "{out}");
     assert!(
@@ -274,11 +261,10 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
     let n = unique();
     let s = spec(&tb, dir.path(), &n, |t| t);
     // No helm: exit 2, naming the commands to run.
-    let out = cli(
-        &tb,
-        &apply(&tb, &s, &[]),
-        &[("KK_HELM", "/nonexistent/helm")],
-    );
+    let out = Cli::new(crate::BIN)
+        .testbed(&tb)
+        .envs([("KK_HELM", "/nonexistent/helm")])
+        .run(&apply(&tb, &s, &[]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -296,7 +282,8 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
         ("KK_HELM", helm.to_str().unwrap()),
         ("FAKE_HELM_STATE", state.to_str().unwrap()),
     ];
-    let out = ok(&cli(&tb, &apply(&tb, &s, &[]), &env));
+    let with_helm = Cli::new(crate::BIN).testbed(&tb).envs(env);
+    let out = ok(&with_helm.run(&apply(&tb, &s, &[])));
     assert!(
         out.contains("helm: karpenter: installed")
             && out.contains("helm: aws-ebs-csi-driver: installed"),
@@ -310,7 +297,7 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
         calls()
     );
     // Second apply: chart and values unchanged, so no `helm upgrade` (it would add a revision).
-    let out = ok(&cli(&tb, &apply(&tb, &s, &[]), &env));
+    let out = ok(&with_helm.run(&apply(&tb, &s, &[])));
     assert!(out.contains("helm: karpenter: unchanged"), "{out}");
     assert_eq!(
         calls().matches("upgrade --install").count(),
@@ -325,7 +312,7 @@ fn helm_installs_then_skips_unchanged_releases_and_names_the_command_without_hel
             &format!("    interruptionQueue: q-{n}\n    isolatedVPC: false\n"),
         )
     });
-    let out = ok(&cli(&tb, &apply(&tb, &changed, &[]), &env));
+    let out = ok(&with_helm.run(&apply(&tb, &changed, &[])));
     assert!(out.contains("helm: karpenter: upgraded"), "{out}");
     assert_eq!(
         calls().matches("upgrade --install karpenter").count(),
@@ -346,7 +333,7 @@ fn doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write() {
     let s = spec(&tb, dir.path(), &n, |t| t);
     // doctor --permissions renders the ClusterRole; bind it to a fresh ServiceAccount.
     let perms: serde_json::Value =
-        serde_json::from_slice(&cli(&tb, &["doctor", "--permissions", "-o", "json"], &[]).stdout)
+        serde_json::from_slice(&cli(&tb, &["doctor", "--permissions", "-o", "json"]).stdout)
             .unwrap();
     let mut role = perms["clusterRole"].clone();
     role["metadata"]["name"] = serde_json::json!(format!("kk-doctor-{n}"));
@@ -364,7 +351,6 @@ fn doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write() {
             "--kubeconfig",
             tb.kubeconfig.to_str().unwrap(),
         ],
-        &[],
     ));
     let token = kubectl(
         &tb,
@@ -396,7 +382,6 @@ fn doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write() {
             "-o",
             "json",
         ],
-        &[],
     );
     assert!(
         matches!(out.status.code(), Some(0 | 1)),
@@ -443,7 +428,6 @@ fn doctor_runs_with_only_its_read_only_role_and_that_role_cannot_write() {
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
         ],
-        &[],
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -569,10 +553,9 @@ spec:
             "--kubeconfig",
             tb.kubeconfig.to_str().unwrap(),
         ],
-        &[],
     ));
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let out = cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]);
+    let out = cli(&tb, &apply(&tb, &s, &["--skip-helm"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     for says in [
@@ -600,7 +583,7 @@ spec:
         .success()
     );
     std::thread::sleep(std::time::Duration::from_secs(3));
-    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"]), &[]));
+    ok(&cli(&tb, &apply(&tb, &s, &["--skip-helm"])));
     assert!(
         kubectl(
             &tb,

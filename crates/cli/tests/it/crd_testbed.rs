@@ -8,13 +8,7 @@ use std::process::{Command, Output};
 
 use kk_testkit::testbed::Testbed;
 
-pub fn cli(tb: &Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::cli;
 
 pub fn text(out: &Output) -> String {
     format!(

@@ -14,24 +14,15 @@
 //! apply must not bind its account, copy Secrets from there or delete anything of it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kk_testkit::cli::Cli;
 use kk_testkit::repo;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-
-fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubean-karpenter"))
-        .envs(&tb.env)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&tb.kubeconfig)
-        .output()
-        .unwrap()
-}
 
 /// The admin's client, with the runtime that drives it.
 fn admin(tb: &kk_testkit::testbed::Testbed) -> (tokio::runtime::Runtime, kube::Client) {
@@ -163,6 +154,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     let Some(tb) = kk_testkit::testbed::require(&repo(), "apply: controller handover") else {
         return;
     };
+    let cli = Cli::new(crate::BIN).testbed(&tb).kubeconfig(&tb.kubeconfig);
     let n = unique();
     let (name, karpenter, secret) = (
         format!("hv-{n}"),
@@ -177,7 +169,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     let (rt, client) = admin(&tb);
 
     // The install as it was, and the Secret its pods read.
-    let out = cli(&tb, &["apply", old_file.to_str().unwrap()]);
+    let out = cli.run(&["apply", old_file.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -203,7 +195,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
                     "spec": { "serviceAccountName": name, "containers": [{ "name": "c", "image": "registry.example/evil@sha256:0000000000000000000000000000000000000000000000000000000000000000" }] } } } }),
     ];
     let evil_file = write(dir.path(), "evil.yaml", &look_alike);
-    let out = cli(&tb, &["apply", evil_file.to_str().unwrap()]);
+    let out = cli.run(&["apply", evil_file.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -211,15 +203,12 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     );
 
     // The new Deployment never gets a pod: apply stops, and the old one keeps its rights.
-    let out = cli(
-        &tb,
-        &[
-            "apply",
-            new_file.to_str().unwrap(),
-            "--handover-timeout",
-            "4s",
-        ],
-    );
+    let out = cli.run(&[
+        "apply",
+        new_file.to_str().unwrap(),
+        "--handover-timeout",
+        "4s",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     for says in [
@@ -273,15 +262,12 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     ))
     .unwrap();
 
-    let out = cli(
-        &tb,
-        &[
-            "apply",
-            new_file.to_str().unwrap(),
-            "--handover-timeout",
-            "60s",
-        ],
-    );
+    let out = cli.run(&[
+        "apply",
+        new_file.to_str().unwrap(),
+        "--handover-timeout",
+        "60s",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
     for says in [
@@ -322,7 +308,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
     assert!(rt.block_on(evil_accounts.get_opt(&name)).unwrap().is_some());
 
     // Moved: the next apply moves nothing (the look-alike is still only noted).
-    let out = cli(&tb, &["apply", new_file.to_str().unwrap()]);
+    let out = cli.run(&["apply", new_file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success()
@@ -343,7 +329,7 @@ fn apply_moves_a_controller_to_its_own_namespace_only_once_the_new_one_is_availa
         &serde_json::from_value(json!({ "metadata": { "name": secret }, "stringData": { "key": "not-printed-7f3a" } })).unwrap(),
     ))
     .unwrap();
-    let out = cli(&tb, &["apply", new_file.to_str().unwrap()]);
+    let out = cli.run(&["apply", new_file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     for says in [
@@ -387,6 +373,7 @@ fn apply_refuses_a_controller_namespace_someone_else_made() {
     else {
         return;
     };
+    let cli = Cli::new(crate::BIN).testbed(&tb).kubeconfig(&tb.kubeconfig);
     let n = unique();
     let name = format!("sq-{n}");
     let dir = tempfile::tempdir().unwrap();
@@ -397,7 +384,7 @@ fn apply_refuses_a_controller_namespace_someone_else_made() {
         "squat.yaml",
         &[json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } })],
     );
-    let out = cli(&tb, &["apply", squat.to_str().unwrap()]);
+    let out = cli.run(&["apply", squat.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -408,7 +395,7 @@ fn apply_refuses_a_controller_namespace_someone_else_made() {
         if dry_run {
             args.push("--dry-run=server");
         }
-        let out = cli(&tb, &args);
+        let out = cli.run(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use kk_testkit::repo;
 
-use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
+use crate::cli;
+use crate::crd_testbed::{apply_once_served, go_module_dir, install_crds, text, unique};
 
 /// Renders the example with its training pool and queue namespace renamed to `n`.
 fn kueue_file(dir: &Path, n: &str) -> PathBuf {

@@ -36,6 +36,16 @@ mod upgrade_plan;
 mod version;
 mod versions;
 
+/// The binary under test: cargo gives its path to this crate's test binaries only, so they hand
+/// it to the test kit's runner (`kk_testkit::cli::Cli`).
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_kubean-karpenter");
+
+/// The binary under test with the testbed's environment, run with `args`, whatever its exit
+/// code.
+pub(crate) fn cli(tb: &kk_testkit::testbed::Testbed, args: &[&str]) -> std::process::Output {
+    kk_testkit::cli::Cli::new(BIN).testbed(tb).run(args)
+}
+
 /// The apply, doctor and prune tests write cluster-scoped objects with the example's names
 /// (EC2NodeClasses, the CCM's ConfigMap) and tag the "Kubean-built" instance found by its
 /// private IP, which another test's VPC may repeat. As separate binaries they ran one after

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use kk_testkit::repo;
 
-use crate::crd_testbed::{apply_once_served, cli, go_module_dir, install_crds, text, unique};
+use crate::cli;
+use crate::crd_testbed::{apply_once_served, go_module_dir, install_crds, text, unique};
 
 /// The operator release whose CRDs the objects are checked against.
 const OPERATOR_MODULE: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
