@@ -9,12 +9,14 @@
 //!   (`env!("CARGO_BIN_EXE_kubean-karpenter")`).
 //! - [`clients`]: kube clients from a kubeconfig (the testbed's or a lab's): its own user, its
 //!   user impersonating another, or a bearer token alone.
+//! - [`lab`]: set-up steps several lab tests share.
 //!
 //! The lab harness (tests taking turns on the labs, reset, deploy) stays with the lab tests in
 //! `crates/cli/tests/lab`: it deploys the binary under test.
 
 pub mod cli;
 pub mod clients;
+pub mod lab;
 pub mod testbed;
 
 use std::path::PathBuf;

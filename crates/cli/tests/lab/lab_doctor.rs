@@ -561,15 +561,9 @@ fn doctor_fails_device_plugin_and_gpu_checks_when_the_plugin_does_not_tolerate_t
     else {
         return;
     };
-    let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
-    let patch = json!({"spec": {"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}});
     lab.rt
-        .block_on(ds.patch(
-            "nvidia-device-plugin",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ))
-        .unwrap();
+        .block_on(kk_testkit::lab::device_plugin_tolerates_only_the_upstream_taint(&lab.client));
+    let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
     // Predicted before the node is there: the plugin will not run on the pool's next node.
     let early = doctor(&lab, &spec, &["--grace", "5s"]);
     assert_fails(

@@ -9,9 +9,8 @@ use crate::lab_top;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use lab::{Lab, claim_of, condition, edit_store, is_true};
 use serde_json::json;
 
@@ -374,15 +373,8 @@ fn failure_device_plugin_that_does_not_tolerate_the_pool_taint_never_reaches_the
         return;
     };
     // What a hand-edited plugin manifest does: tolerate only the upstream default taint.
-    let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
-    let patch = json!({"spec": {"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}});
     lab.rt
-        .block_on(ds.patch(
-            "nvidia-device-plugin",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ))
-        .unwrap();
+        .block_on(kk_testkit::lab::device_plugin_tolerates_only_the_upstream_taint(&lab.client));
     let pid = lab.wait("GPU NodeClaim Registered", 3 * MIN, |l| {
         claim_of(l, "workload-gpu-l4")
             .filter(|nc| is_true(nc, "Registered"))

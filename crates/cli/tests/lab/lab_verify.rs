@@ -9,11 +9,11 @@ use crate::harness as lab;
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use lab::{Lab, edit_store};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::harness::JOIN_STORE as STORE;
 
@@ -275,15 +275,8 @@ fn verify_stops_at_initialized_and_names_the_device_plugin() {
     else {
         return;
     };
-    let ds: Api<DaemonSet> = Api::namespaced(lab.client.clone(), "kube-system");
-    let patch = json!({"spec": {"template": {"spec": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}});
     lab.rt
-        .block_on(ds.patch(
-            "nvidia-device-plugin",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ))
-        .unwrap();
+        .block_on(kk_testkit::lab::device_plugin_tolerates_only_the_upstream_taint(&lab.client));
     let (code, result) = verify(
         &lab,
         &spec,
