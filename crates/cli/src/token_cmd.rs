@@ -71,7 +71,10 @@ pub(crate) struct Target {
 
 impl Target {
     pub(crate) fn ca_hash(&self, connected: &Connected) -> Result<String, Failure> {
-        match (&self.ca_cert_hash, &connected.ca_cert_hash()) {
+        match (
+            &self.ca_cert_hash,
+            &kk_live::cahash::from_client_config(&connected.config),
+        ) {
             (Some(h), _) => Ok(h.clone()),
             (None, Ok(h)) => Ok(h.clone()),
             (None, Err(e)) => Err(Failure(format!(

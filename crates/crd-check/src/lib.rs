@@ -28,6 +28,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::report::Issue;
+pub use crate::report::ViolationKind;
 
 /// One reason the apiserver would refuse (or, for unknown fields, silently change) the object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,17 +41,6 @@ pub struct Violation {
     /// `Invalid value: must specify exactly one of ['role', 'instanceProfile']`.
     pub message: String,
     pub kind: ViolationKind,
-}
-
-/// Which check produced a [`Violation`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ViolationKind {
-    /// An OpenAPI v3 keyword: type, required, enum, pattern, bounds, list uniqueness…
-    Schema,
-    /// An `x-kubernetes-validations` rule failed, or could not be evaluated.
-    Cel,
-    /// A field the schema does not declare.
-    UnknownField,
 }
 
 /// Why an object could not be validated at all.

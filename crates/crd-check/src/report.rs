@@ -3,7 +3,16 @@
 
 use serde_json::{Number, Value};
 
-use crate::ViolationKind;
+/// Which check produced a [`Violation`](crate::Violation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViolationKind {
+    /// An OpenAPI v3 keyword: type, required, enum, pattern, bounds, list uniqueness…
+    Schema,
+    /// An `x-kubernetes-validations` rule failed, or could not be evaluated.
+    Cel,
+    /// A field the schema does not declare.
+    UnknownField,
+}
 
 /// One finding before sorting; `blocking` marks the error kinds after which the apiserver skips
 /// the CEL rules (unsupported value, required, too long, too many, wrong type).

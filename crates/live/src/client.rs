@@ -97,13 +97,6 @@ pub struct Connected {
     pub config: Config,
 }
 
-impl Connected {
-    /// The CA hash `kubeadm join` pins, of the CA this client trusts.
-    pub fn ca_cert_hash(&self) -> Result<String, crate::cahash::CaHashError> {
-        crate::cahash::from_client_config(&self.config)
-    }
-}
-
 /// Builds a client as kubectl would, with `timeouts`.
 pub async fn connect(
     options: &ClientOptions,

@@ -5,7 +5,7 @@
 //!   kubeconfig Kubean stored for the cluster it built; [`cahash`] the CA hash a join pins.
 //! - [`apply`]: the whole `apply` workflow — AWS side, Helm releases, ordered server-side apply
 //!   of both clusters' objects, inventory and prune; [`aws_error`] is the one shape of a failed
-//!   EC2 or IAM call.
+//!   EC2 or IAM call; [`aws_read`] the AWS reads apply and doctor share.
 //! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
@@ -20,6 +20,7 @@
 pub mod ami;
 pub mod apply;
 pub mod aws_error;
+pub mod aws_read;
 pub mod cahash;
 pub mod client;
 pub mod cluster_state;

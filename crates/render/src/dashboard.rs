@@ -7,8 +7,8 @@
 use kk_spec::{ElasticCluster, Monitoring};
 use serde_json::{Value, json};
 
+use crate::RenderError;
 use crate::names::MANAGED_BY;
-use crate::{RenderError, monitoring};
 
 /// The dashboard's uid (stable, so Grafana updates it in place) and its ConfigMap's key.
 pub const UID: &str = "kubean-karpenter-fleet";
@@ -136,8 +136,13 @@ pub fn dashboard(cluster: &ElasticCluster) -> Value {
     })
 }
 
-/// The ConfigMap Grafana's sidecar provisions the dashboard from.
-pub fn config_map(cluster: &ElasticCluster, monitoring: &Monitoring) -> Result<Value, RenderError> {
+/// The ConfigMap Grafana's sidecar provisions the dashboard from, named after the monitoring
+/// objects it goes with (`name`).
+pub fn config_map(
+    cluster: &ElasticCluster,
+    monitoring: &Monitoring,
+    name: &str,
+) -> Result<Value, RenderError> {
     let text = serde_json::to_string_pretty(&dashboard(cluster))
         .map_err(|e| RenderError::Invalid(format!("dashboard JSON: {e}")))?;
     let mut labels = serde_json::Map::new();
@@ -150,7 +155,7 @@ pub fn config_map(cluster: &ElasticCluster, monitoring: &Monitoring) -> Result<V
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": format!("{}-dashboard", monitoring::NAME),
+            "name": format!("{name}-dashboard"),
             "namespace": cluster.spec.karpenter.namespace,
             "labels": labels,
         },

@@ -58,8 +58,9 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     if gpu_pools.is_empty() {
         return Ok(());
     }
+    // The operator's release and configs are `gpu_operator`'s (render calls one or the other).
     if gpu.stack == GpuSoftware::Operator {
-        return crate::gpu_operator::render(cluster, bundle);
+        return Ok(());
     }
     let tolerations = gpu_tolerations(spec);
 

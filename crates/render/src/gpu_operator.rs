@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::gpu::{gpu_pools, gpu_tolerations};
 use crate::names::{ACCELERATOR_LABEL, MANAGED_BY};
-use crate::{Bundle, RenderError};
+use crate::{Bundle, HelmRelease, RenderError};
 
 /// The operator's release namespace (NVIDIA's documented default).
 pub const NAMESPACE: &str = "gpu-operator";
@@ -137,8 +137,28 @@ fn values(spec: &ClusterSpec, shared: bool) -> Value {
     values
 }
 
+/// The operator's Helm release (step 7): `gpu.operatorVersion`, else the table's chart
+/// version, in its own namespace, which `namespaces/` creates.
+fn release(version: &str) -> HelmRelease {
+    let chart = versions::component(versions::GPU_OPERATOR).chart.as_ref();
+    HelmRelease {
+        name: "gpu-operator".into(),
+        namespace: NAMESPACE.into(),
+        chart: chart.map_or("gpu-operator", |c| c.name.as_str()).into(),
+        repo: chart.map(|c| c.repository.clone()),
+        version: version.into(),
+        values_file: crate::helm::GPU_OPERATOR_VALUES.into(),
+        create_namespace: false,
+    }
+}
+
+/// The operator's namespace, its Helm release and the device plugin configs; nothing without
+/// a GPU pool.
 pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), RenderError> {
     let spec = &cluster.spec;
+    if gpu_pools(spec).is_empty() {
+        return Ok(());
+    }
     bundle.add_yaml(&format!("namespaces/{NAMESPACE}.yaml"), &[namespace()])?;
     let config = config_map(spec);
     if let Some(config) = &config {
@@ -148,10 +168,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         )?;
     }
     let version = kk_spec::images::chart_release(spec, versions::GPU_OPERATOR);
-    bundle.add_release(
-        crate::helm::gpu_operator(version),
-        values(spec, config.is_some()),
-    )
+    bundle.add_release(release(version), values(spec, config.is_some()))
 }
 
 #[cfg(test)]

@@ -87,21 +87,6 @@ pub fn karpenter(cluster: &ElasticCluster) -> HelmRelease {
     }
 }
 
-/// The NVIDIA GPU Operator (`gpu.stack: operator`, step 7): `gpu.operatorVersion`, else the
-/// table's chart version, in its own namespace, which `namespaces/` creates.
-pub fn gpu_operator(version: &str) -> HelmRelease {
-    let chart = versions::component(versions::GPU_OPERATOR).chart.as_ref();
-    HelmRelease {
-        name: "gpu-operator".into(),
-        namespace: crate::gpu_operator::NAMESPACE.into(),
-        chart: chart.map_or("gpu-operator", |c| c.name.as_str()).into(),
-        repo: chart.map(|c| c.repository.clone()),
-        version: version.into(),
-        values_file: GPU_OPERATOR_VALUES.into(),
-        create_namespace: false,
-    }
-}
-
 /// Writes each of `chart`'s images that the spec overrides, or that a mirror moves, into the
 /// chart's values, in the form the chart reads. A digest rides in the tag (`v1.64.0@sha256:…`):
 /// every chart here joins `repository:tag` (or `repository/image:version`) as written.

@@ -263,7 +263,10 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     cloud::render(cluster, &mut bundle)?;
     karpenter::render(cluster, &ca, &mut bundle)?;
     let rendered_pools = pools::render(cluster, &ca, &mut bundle)?;
-    gpu::render(cluster, &mut bundle)?;
+    match cluster.spec.gpu.as_ref().map(|g| g.stack) {
+        Some(kk_spec::GpuSoftware::Operator) => gpu_operator::render(cluster, &mut bundle)?,
+        _ => gpu::render(cluster, &mut bundle)?,
+    }
     efa::render(cluster, &mut bundle)?;
     kueue::render(cluster, &mut bundle)?;
     iam::render(cluster, &mut bundle)?;

@@ -259,7 +259,7 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
     }
     bundle.add_yaml(
         "monitoring/dashboard.yaml",
-        &[crate::dashboard::config_map(cluster, monitoring)?],
+        &[crate::dashboard::config_map(cluster, monitoring, NAME)?],
     )?;
     Ok(())
 }

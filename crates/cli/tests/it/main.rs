@@ -21,6 +21,7 @@ mod doctor_drift_testbed;
 mod fuzz_corpus;
 mod gpu_operator_testbed;
 mod handover_testbed;
+mod import_circles;
 mod kubeconfig_testbed;
 mod kueue_testbed;
 mod lint;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::aws_error::AwsCallError;
-use crate::doctor::gather::{PolicyDocumentError, policy_document};
+use crate::aws_read::{PolicyDocumentError, policy_document};
 
 /// What the account should hold, from the spec and the rendered iam/ files.
 #[derive(Debug, Clone, Default)]

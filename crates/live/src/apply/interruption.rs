@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::aws::{AwsDesired, Run, StepError};
 use crate::aws_error::AwsCallError;
+use crate::aws_read::{describe_rule, queue_attributes, queue_url, rule_targets};
 use crate::store::CLUSTER_TAG;
 
 /// The id of the queue among a rule's targets.
@@ -41,80 +42,6 @@ pub struct RuleDesired {
 /// our text but not necessarily its spacing or key order).
 fn json_text(text: Option<&str>) -> Option<Value> {
     text.and_then(|t| serde_json::from_str(t).ok())
-}
-
-/// The queue's URL, or `None` when there is no queue of that name.
-pub async fn queue_url(
-    sqs: &aws_sdk_sqs::Client,
-    queue: &str,
-) -> Result<Option<String>, AwsCallError> {
-    match sqs.get_queue_url().queue_name(queue).send().await {
-        Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(e)
-            if e.as_service_error().is_some_and(|s| {
-                s.is_queue_does_not_exist()
-                    || aws_sdk_sqs::error::ProvideErrorMetadata::code(s).is_some_and(|c| {
-                        c == "AWS.SimpleQueueService.NonExistentQueue" || c == "QueueDoesNotExist"
-                    })
-            }) =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(AwsCallError::from_sdk("sqs:GetQueueUrl", &e)),
-    }
-}
-
-/// The queue's attributes, by name (`GetQueueAttributes` with `All`).
-pub async fn queue_attributes(
-    sqs: &aws_sdk_sqs::Client,
-    url: &str,
-) -> Result<BTreeMap<String, String>, AwsCallError> {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .map_err(|e| AwsCallError::from_sdk("sqs:GetQueueAttributes", &e))?;
-    Ok(out
-        .attributes()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-        .collect())
-}
-
-/// A rule as EventBridge holds it, or `None` when there is none of that name.
-pub async fn describe_rule(
-    events: &aws_sdk_eventbridge::Client,
-    name: &str,
-) -> Result<Option<aws_sdk_eventbridge::operation::describe_rule::DescribeRuleOutput>, AwsCallError>
-{
-    match events.describe_rule().name(name).send().await {
-        Ok(out) => Ok(Some(out)),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(AwsCallError::from_sdk("events:DescribeRule", &e)),
-    }
-}
-
-/// The ARNs a rule sends to.
-pub async fn rule_targets(
-    events: &aws_sdk_eventbridge::Client,
-    name: &str,
-) -> Result<Vec<Target>, AwsCallError> {
-    Ok(events
-        .list_targets_by_rule()
-        .rule(name)
-        .send()
-        .await
-        .map_err(|e| AwsCallError::from_sdk("events:ListTargetsByRule", &e))?
-        .targets()
-        .to_vec())
 }
 
 impl Run<'_> {

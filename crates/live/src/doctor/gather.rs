@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::Facts;
 use crate::aws_error::AwsCallError;
+use crate::aws_read::{PolicyDocumentError, policy_document};
 use crate::store::{JoinConfig, JoinStore};
 use crate::token::{self, BootstrapToken};
 
@@ -321,46 +322,6 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
         found.extend(crate::node_network::security_groups_tagged(ec2, key, value).await?);
     }
     Ok(found)
-}
-
-/// A policy document that is neither JSON nor URL-encoded JSON.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyDocumentError {
-    #[error("a bad %-escape at byte {at}")]
-    BadEscape { at: usize },
-    #[error("not a JSON policy document: {0}")]
-    NotJson(String),
-}
-
-/// IAM returns policy documents URL-encoded (RFC 3986); some emulators return plain JSON.
-pub fn policy_document(text: &str) -> Result<Value, PolicyDocumentError> {
-    if let Ok(v) = serde_json::from_str(text) {
-        return Ok(v);
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let escape = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-                    .ok_or(PolicyDocumentError::BadEscape { at: i })?;
-                out.push(escape);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    serde_json::from_slice(&out).map_err(|e| PolicyDocumentError::NotJson(e.to_string()))
 }
 
 /// The role's inline and attached (default version) policies, by name.

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::Facts;
 use super::gather::ReadError;
-use crate::apply::interruption::{describe_rule, queue_attributes, queue_url, rule_targets};
+use crate::aws_read::{describe_rule, queue_attributes, queue_url, rule_targets};
 
 /// The queue and rules as the account holds them.
 #[derive(Debug, Clone, Default)]

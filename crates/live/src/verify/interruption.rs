@@ -88,7 +88,7 @@ fn label<'o>(c: &'o kube::api::DynamicObject, key: &str) -> &'o str {
 
 /// Sends the warning; the message id.
 async fn send(reclaim: &Reclaim<'_>, instance: &str, id: &str) -> Result<String, AwsCallError> {
-    let url = crate::apply::interruption::queue_url(&reclaim.sqs, &reclaim.queue)
+    let url = crate::aws_read::queue_url(&reclaim.sqs, &reclaim.queue)
         .await?
         .ok_or_else(|| AwsCallError::Refused {
             call: "sqs:GetQueueUrl".into(),

@@ -352,7 +352,8 @@ fn dashboard_queries(cluster: &ElasticCluster) -> Vec<String> {
 fn the_dashboard_is_a_labelled_configmap_of_non_overlapping_panels() {
     let cluster = cluster();
     let monitoring = monitoring::enabled(&cluster).unwrap();
-    let map = kk_render::dashboard::config_map(&cluster, monitoring).unwrap();
+    let map = kk_render::dashboard::config_map(&cluster, monitoring, kk_render::monitoring::NAME)
+        .unwrap();
     assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
     assert_eq!(
         map["metadata"]["labels"]["release"], "kube-prometheus-stack",
