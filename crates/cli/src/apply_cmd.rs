@@ -178,9 +178,7 @@ pub fn run(args: ApplyArgs) -> Result<std::process::ExitCode, Failure> {
         .enable_all()
         .build()?;
     let mut progress = |line: String| eprintln!("{line}");
-    let outcome = runtime
-        .block_on(workflow::run(request, &mut progress))
-        .map_err(|e| Failure(e.0))?;
+    let outcome = runtime.block_on(workflow::run(request, &mut progress))?;
     if args.diff {
         let mut changed = 0;
         for (object, changes) in &outcome.diffs {

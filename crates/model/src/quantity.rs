@@ -13,8 +13,11 @@ pub struct Quantity {
 
 /// Why a quantity string is not one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5)")]
-pub struct QuantityError(pub String);
+#[error("{text:?} is not a Kubernetes quantity (examples: 500m, 4, 16Gi, 1.5)")]
+pub struct QuantityError {
+    /// The text as given.
+    pub text: String,
+}
 
 impl Quantity {
     pub fn from_units(units: i128) -> Self {
@@ -33,7 +36,9 @@ impl Quantity {
     }
 
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
-        let err = || QuantityError(text.to_owned());
+        let err = || QuantityError {
+            text: text.to_owned(),
+        };
         let text_trim = text.trim();
         if text_trim.is_empty() || text_trim != text {
             return Err(err());

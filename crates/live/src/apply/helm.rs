@@ -15,15 +15,35 @@ pub struct HelmAction {
     pub action: String,
 }
 
-/// A Helm step that could not run or was refused; its message says which command.
+/// A Helm step that could not run, failed, or was refused before it ran.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct HelmError(pub String);
-
-impl From<std::io::Error> for HelmError {
-    fn from(e: std::io::Error) -> Self {
-        HelmError(format!("helm: {e}"))
-    }
+pub enum HelmError {
+    /// No `helm` to run: the commands a person can run instead.
+    #[error(
+        "`helm` is not on PATH: install Helm 3, or run these yourself and re-run apply with --skip-helm:\n  {}",
+        .commands.join("\n  ")
+    )]
+    NotInstalled { commands: Vec<String> },
+    /// `helm` ran and failed (it names the release, the chart or the cluster).
+    #[error("{command}: {stderr}")]
+    Failed { command: String, stderr: String },
+    /// The bundle lacks a release's values file.
+    #[error("the bundle has no {file}")]
+    MissingValues { file: String },
+    /// An upgrade the chart's vendor does not support, refused before anything ran.
+    #[error(
+        "{release} in {namespace}: the cluster runs chart {running}, the bundle installs {bundle}: {why}; nothing applied"
+    )]
+    Unsupported {
+        release: String,
+        namespace: String,
+        running: String,
+        bundle: String,
+        why: String,
+    },
+    /// Running `helm` or writing its values file failed.
+    #[error("helm: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 /// The installed release's chart (`karpenter-1.15.2`) and user-supplied values, if any.
@@ -38,11 +58,10 @@ fn installed(
         .args(kube)
         .output()?;
     if !list.status.success() {
-        return Err(HelmError(format!(
-            "helm list --namespace {}: {}",
-            r.namespace,
-            String::from_utf8_lossy(&list.stderr).trim()
-        )));
+        return Err(HelmError::Failed {
+            command: format!("helm list --namespace {}", r.namespace),
+            stderr: String::from_utf8_lossy(&list.stderr).trim().to_owned(),
+        });
     }
     let releases: Value = serde_json::from_slice(&list.stdout).unwrap_or(Value::Null);
     let Some(chart) = releases
@@ -66,11 +85,10 @@ fn installed(
         .args(kube)
         .output()?;
     if !values.status.success() {
-        return Err(HelmError(format!(
-            "helm get values {}: {}",
-            r.name,
-            String::from_utf8_lossy(&values.stderr).trim()
-        )));
+        return Err(HelmError::Failed {
+            command: format!("helm get values {}", r.name),
+            stderr: String::from_utf8_lossy(&values.stderr).trim().to_owned(),
+        });
     }
     Ok(Some((
         chart,
@@ -106,12 +124,12 @@ pub fn preflight(
         return Ok(());
     };
     let operator = kk_spec::versions::component(kk_spec::versions::GPU_OPERATOR);
-    let refuse = |why: String| {
-        HelmError(format!(
-            "gpu-operator in {}: the cluster runs chart {running}, the bundle installs {}: {why}; \
-             nothing applied",
-            release.namespace, release.version
-        ))
+    let refuse = |why: String| HelmError::Unsupported {
+        release: release.name.clone(),
+        namespace: release.namespace.clone(),
+        running: running.to_owned(),
+        bundle: release.version.clone(),
+        why,
     };
     match operator.line_by_line_path(running, &release.version) {
         Ok(path) if path.len() > 1 => {
@@ -156,10 +174,7 @@ pub fn install(
     let found = Command::new(&helm).arg("version").arg("--short").output();
     if !found.is_ok_and(|o| o.status.success()) {
         let commands: Vec<String> = releases.iter().map(HelmRelease::command_line).collect();
-        return Err(HelmError(format!(
-            "`helm` is not on PATH: install Helm 3, or run these yourself and re-run apply with --skip-helm:\n  {}",
-            commands.join("\n  ")
-        )));
+        return Err(HelmError::NotInstalled { commands });
     }
     let kube = kube_args(kubeconfig, context);
     let mut done = Vec::new();
@@ -167,7 +182,9 @@ pub fn install(
         let text = bundle
             .files
             .get(&r.values_file)
-            .ok_or_else(|| HelmError(format!("the bundle has no {}", r.values_file)))?;
+            .ok_or_else(|| HelmError::MissingValues {
+                file: r.values_file.clone(),
+            })?;
         // The values as render wrote them: no YAML parsed again.
         let want = bundle
             .objects(&r.values_file)
@@ -191,11 +208,10 @@ pub fn install(
             args.extend(kube.iter().cloned());
             let out = Command::new(&helm).args(&args).output()?;
             if !out.status.success() {
-                return Err(HelmError(format!(
-                    "helm {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )));
+                return Err(HelmError::Failed {
+                    command: format!("helm {}", args.join(" ")),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                });
             }
             match (current.is_some(), dry_run) {
                 (_, true) => "would install/upgrade (helm --dry-run=server)".into(),

@@ -68,10 +68,87 @@ pub struct Outcome {
     pub unchecked: Vec<String>,
 }
 
-/// A failed `apply`, its message saying what was and was not applied.
+/// A failed `apply`: what stopped it, each message saying what was and was not applied. A
+/// caller tells a refusal of the request (nothing was touched) from a cluster or AWS that
+/// failed part-way by the variant.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct WorkflowError(pub String);
+pub enum WorkflowError {
+    /// No objects and no spec.
+    #[error("nothing to apply")]
+    NothingToApply,
+    /// kubean/ objects, and nothing says where Kubean runs.
+    #[error(
+        "{objects} kubean/ object(s) belong to the management cluster where Kubean runs, not to the cluster it builds: pass --mgmt-context (and --mgmt-kubeconfig) or set spec.kubean.managementCluster"
+    )]
+    NoManagementCluster { objects: usize },
+    /// `--prune` without a spec to scope it.
+    #[error("--prune needs a spec: its cluster name scopes what may be deleted")]
+    PruneWithoutSpec,
+    /// A namespace the bundle owns exists without our label: someone else made it.
+    #[error(
+        "{cluster}: namespace {namespace} exists but kubean-karpenter did not make it (no {label}={value} label): whoever made it may hold rights there, beside the controller account the bundle puts in it. Check its RoleBindings and pods, then delete it or label it {label}={value}; nothing more applied"
+    )]
+    ForeignNamespace {
+        cluster: String,
+        namespace: String,
+        label: &'static str,
+        value: &'static str,
+    },
+    /// The bundle's AWS documents do not read back (`iam/`, `interruption/`).
+    #[error("{0}")]
+    Bundle(String),
+    /// No AWS configuration or credentials.
+    #[error("aws: {0}")]
+    AwsUnavailable(String),
+    /// An AWS step failed after the ones before it were made.
+    #[error(
+        "aws: step \"{step}\" failed: {error}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
+        if .applied.is_empty() { "nothing".to_owned() } else { .applied.join(", ") },
+        .not_applied.join(", ")
+    )]
+    AwsStep {
+        step: String,
+        error: String,
+        applied: Vec<String>,
+        not_applied: Vec<String>,
+    },
+    /// A Helm release could not be installed, or its upgrade was refused.
+    #[error(transparent)]
+    Helm(#[from] super::helm::HelmError),
+    /// A cluster's apiserver could not be reached, or a call to it failed (`what`: the step).
+    #[error("{cluster}: {}{detail}", if .what.is_empty() { String::new() } else { format!("{}: ", .what) })]
+    Cluster {
+        cluster: String,
+        what: String,
+        detail: String,
+    },
+    /// The apiserver refused objects; nothing of the batch was applied.
+    #[error("{message}")]
+    Refused { cluster: String, message: String },
+    /// The apiserver refused an object after the dry run passed: some were applied.
+    #[error(
+        "{refusal}\n{cluster}: the apiserver refused an object after the dry run passed\napplied: {}\nnot applied: {}\nre-running apply resumes: server-side apply of what is already there changes nothing",
+        .applied.join(", "),
+        .not_applied.join(", ")
+    )]
+    PartlyApplied {
+        cluster: String,
+        refusal: String,
+        applied: Vec<String>,
+        not_applied: Vec<String>,
+    },
+}
+
+impl WorkflowError {
+    /// A failed call to `cluster` at step `what` (empty: the cluster's own error says it).
+    fn cluster(cluster: &str, what: &str, detail: impl std::fmt::Display) -> WorkflowError {
+        WorkflowError::Cluster {
+            cluster: cluster.to_owned(),
+            what: what.to_owned(),
+            detail: detail.to_string(),
+        }
+    }
+}
 
 /// Progress on standard error: AWS calls, Helm actions, batches, prunes.
 pub type Progress<'a> = &'a mut dyn FnMut(String);
@@ -115,11 +192,11 @@ async fn aws_side(
         request.controller_role.clone(),
         request.rotator_role.clone(),
     )
-    .map_err(WorkflowError)?;
+    .map_err(WorkflowError::Bundle)?;
     desired.prune = request.prune;
     let sdk = crate::store::aws_config(Some(spec.spec.aws.region.clone()), None)
         .await
-        .map_err(|e| WorkflowError(format!("aws: {e}")))?;
+        .map_err(|e| WorkflowError::AwsUnavailable(e.to_string()))?;
     let verb = if plan_only { "would call" } else { "called" };
     let mut on_write = |w: &super::aws::Step| progress(format!("aws: {verb} {w}"));
     let result = super::aws::reconcile(&sdk, &desired, plan_only, &mut on_write).await;
@@ -130,20 +207,15 @@ async fn aws_side(
         }
         Err(e) => {
             aws_report(&e.outcome, progress);
-            let done: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
+            let applied: Vec<String> = e.outcome.writes.iter().map(|w| w.to_string()).collect();
             let mut not_applied = e.not_attempted.clone();
             not_applied.extend(later.iter().cloned());
-            Err(WorkflowError(format!(
-                "aws: step \"{}\" failed: {}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
-                e.failed,
-                e.error,
-                if done.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    done.join(", ")
-                },
-                not_applied.join(", ")
-            )))
+            Err(WorkflowError::AwsStep {
+                step: e.failed.to_string(),
+                error: e.error.to_string(),
+                applied,
+                not_applied,
+            })
         }
     }
 }
@@ -161,22 +233,19 @@ struct Batch {
 async fn client(which: &str, access: &ClientOptions) -> Result<::kube::Client, WorkflowError> {
     crate::make_client(access)
         .await
-        .map_err(|e| WorkflowError(format!("{which}: {e}")))
+        .map_err(|e| WorkflowError::cluster(which, "", e))
 }
 
 /// Runs `request`. The management cluster is never guessed: management objects without
 /// `management_access` are refused before anything is called.
 pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome, WorkflowError> {
     if request.management.is_empty() && request.cluster.is_empty() {
-        return Err(WorkflowError("nothing to apply".into()));
+        return Err(WorkflowError::NothingToApply);
     }
     if !request.management.is_empty() && request.management_access.is_none() {
-        return Err(WorkflowError(format!(
-            "{} kubean/ object(s) belong to the management cluster where Kubean runs, not to the \
-             cluster it builds: pass --mgmt-context (and --mgmt-kubeconfig) or set \
-             spec.kubean.managementCluster",
-            request.management.len()
-        )));
+        return Err(WorkflowError::NoManagementCluster {
+            objects: request.management.len(),
+        });
     }
     let options = request.options.clone();
     // Every step after the one that failed, for the "not applied" list.
@@ -196,7 +265,7 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             request.cluster_access.kubeconfig.as_deref(),
             request.cluster_access.context.as_deref(),
         )
-        .map_err(|e| WorkflowError(e.to_string()))?;
+        .map_err(WorkflowError::Helm)?;
     }
     if let Some((spec, bundle)) = &request.spec
         && request.aws
@@ -235,7 +304,7 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             let client = client(batch.which, &batch.access).await?;
             let diffs = kube::diff_all(&client, &batch.objects, &options)
                 .await
-                .map_err(|e| WorkflowError(format!("{}: {e}", batch.which)))?;
+                .map_err(|e| WorkflowError::cluster(batch.which, "", e))?;
             outcome.diffs.extend(diffs);
         }
         return Ok(outcome);
@@ -269,7 +338,7 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 access.context.as_deref(),
                 options.dry_run,
             )
-            .map_err(|e| WorkflowError(e.to_string()))?;
+            .map_err(WorkflowError::Helm)?;
             for a in actions {
                 progress(format!("helm: {}: {}", a.release, a.action));
             }
@@ -284,19 +353,21 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         let client = client(which, &access).await?;
         let foreign = foreign_namespaces(&client, &objects)
             .await
-            .map_err(|e| WorkflowError(format!("{which}: read the namespaces: {e}")))?;
+            .map_err(|e| WorkflowError::cluster(which, "read the namespaces", e))?;
         if let Some(namespace) = foreign.first() {
-            return Err(WorkflowError(format!(
-                "{which}: namespace {namespace} exists but kubean-karpenter did not make it (no {}={} label): whoever made it may hold rights there, beside the controller account the bundle puts in it. Check its RoleBindings and pods, then delete it or label it {}={}; nothing more applied",
-                MANAGED_BY.0, MANAGED_BY.1, MANAGED_BY.0, MANAGED_BY.1
-            )));
+            return Err(WorkflowError::ForeignNamespace {
+                cluster: which.to_owned(),
+                namespace: namespace.clone(),
+                label: MANAGED_BY.0,
+                value: MANAGED_BY.1,
+            });
         }
         // Our controllers that run in another namespace than the bundle's start there first.
         let mut moves: Vec<Move> = Vec::new();
         if !options.dry_run && index == last_batch {
             let (found, left_alone) = handover::find(&client, &objects)
                 .await
-                .map_err(|e| WorkflowError(format!("{which}: find controllers to move: {e}")))?;
+                .map_err(|e| WorkflowError::cluster(which, "find controllers to move", e))?;
             for note in left_alone {
                 progress(note);
             }
@@ -311,7 +382,7 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                     &mut *progress,
                 )
                 .await
-                .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
+                .map_err(|e| WorkflowError::cluster(which, "", e))?;
             }
         }
         let mut result = kube::apply_all(&client, &objects, &options).await;
@@ -348,10 +419,14 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 handover::retire(&client, &moves, &mut *progress)
                     .await
                     .map_err(|e| {
-                        WorkflowError(format!(
-                            "{which}: handover: retiring the old accounts of {}: {e}\nre-running apply resumes",
-                            handover::summary(&moves)
-                        ))
+                        WorkflowError::cluster(
+                            which,
+                            &format!(
+                                "handover: retiring the old accounts of {}",
+                                handover::summary(&moves)
+                            ),
+                            format!("{e}\nre-running apply resumes"),
+                        )
                     })?;
             }
             Err(e) => return Err(refused(e, which, &outcome.applied, options.dry_run)),
@@ -375,12 +450,10 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 &mut report,
             )
             .await
-            .map_err(|e| WorkflowError(format!("{which}: {e}")))?;
+            .map_err(|e| WorkflowError::cluster(which, "", e))?;
         }
     } else if request.prune && !options.dry_run {
-        return Err(WorkflowError(
-            "--prune needs a spec: its cluster name scopes what may be deleted".into(),
-        ));
+        return Err(WorkflowError::PruneWithoutSpec);
     }
     Ok(outcome)
 }
@@ -438,7 +511,7 @@ async fn start_moved(
         .map_err(|e| {
             format!(
                 "handover: {}\nthe controllers keep running where they are",
-                refused(e, "new cluster", &outcome.applied, false).0
+                refused(e, "new cluster", &outcome.applied, false)
             )
         })?;
     let timeout = request
@@ -494,7 +567,10 @@ fn refused(error: ApplyError, which: &str, applied: &[Applied], dry_run: bool) -
                     format!("nothing more applied ({} applied before)", applied.len())
                 }
             ));
-            WorkflowError(message)
+            WorkflowError::Refused {
+                cluster: which.to_owned(),
+                message,
+            }
         }
         ApplyError::Partial {
             applied: done,
@@ -509,16 +585,16 @@ fn refused(error: ApplyError, which: &str, applied: &[Applied], dry_run: bool) -
             if now.is_empty() {
                 now.push("nothing".into());
             }
-            WorkflowError(format!(
-                "{refusal}\n{which}: the apiserver refused an object after the dry run passed\napplied: {}\nnot applied: {}\nre-running apply resumes: server-side apply of what is already there changes nothing",
-                now.join(", "),
-                std::iter::once(refusal.object.clone())
+            WorkflowError::PartlyApplied {
+                cluster: which.to_owned(),
+                refusal: refusal.to_string(),
+                applied: now,
+                not_applied: std::iter::once(refusal.object.clone())
                     .chain(not_applied)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+                    .collect(),
+            }
         }
-        other => WorkflowError(format!("{which}: {other}")),
+        other => WorkflowError::cluster(which, "", other),
     }
 }
 

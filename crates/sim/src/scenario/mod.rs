@@ -64,7 +64,7 @@ fn resources(v: Option<&Value>) -> Result<Resources, ScenarioError> {
             }
         };
         let q = Quantity::parse(&text)
-            .map_err(|e| ScenarioError::Invalid(format!("resource {name}: {}", e.0)))?;
+            .map_err(|e| ScenarioError::Invalid(format!("resource {name}: {}", e.text)))?;
         r.set(name, quantity_units(name, &q));
     }
     Ok(r)
