@@ -27,7 +27,7 @@ use kube::Client;
 use crate::token::{self, BootstrapToken, NewToken, TokenError, TokenInfo};
 
 /// The tag on every store we write: `kubean-karpenter.io/cluster=<name>`.
-pub const CLUSTER_TAG: &str = "kubean-karpenter.io/cluster";
+pub const CLUSTER_TAG: &str = kk_spec::names::CLUSTER_LABEL;
 
 /// Which AWS service holds the join configuration (the spec's `join.mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ pub const NODE_BOOTSTRAP_GROUP: &str = "system:bootstrappers:kubeadm:default-nod
 /// The group our tokens carry: join rights without kubeadm's blanket CSR auto-approval.
 pub const JOIN_TOKEN_GROUP: &str = kk_spec::names::JOIN_TOKEN_GROUP;
 /// Every token Secret we create carries this label (the rotator deletes only these).
-pub const MANAGED_BY: (&str, &str) = kk_spec::names::MANAGED_BY;
+pub use kk_spec::names::MANAGED_BY;
 /// The cluster a managed token was made for (scopes the rotator's clean-up).
 pub const CLUSTER_LABEL: &str = kk_spec::names::TOKEN_CLUSTER_LABEL;
 

@@ -209,7 +209,7 @@ pub fn workload_for(target: &PoolTarget, options: &VerifyOptions) -> Value {
     w["metadata"] = json!({
         "name": name,
         "namespace": options.namespace,
-        "labels": {RUN_LABEL: options.run_id, "app.kubernetes.io/managed-by": "kubean-karpenter"},
+        "labels": {RUN_LABEL: options.run_id, kk_spec::names::MANAGED_BY.0: kk_spec::names::MANAGED_BY.1},
     });
     if w["kind"] == "Deployment" {
         w["spec"]["replicas"] = json!(options.replicas);

@@ -170,7 +170,7 @@ fn node_class(
             }),
             tags: [
                 (
-                    "kubean-karpenter.io/cluster".to_owned(),
+                    kk_spec::names::CLUSTER_LABEL.to_owned(),
                     cluster.metadata.name.clone(),
                 ),
                 ("kubean-karpenter.io/node-class".to_owned(), name.to_owned()),

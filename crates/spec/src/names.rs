@@ -16,8 +16,12 @@ pub fn is_managed(labels: Option<&std::collections::BTreeMap<String, String>>) -
 /// only to what a join needs, never to kubeadm's CSR auto-approval: our approver signs off
 /// a node-client CSR only for an instance Karpenter launched (docs/guide/join-credentials.md).
 pub const JOIN_TOKEN_GROUP: &str = "system:bootstrappers:kubean-karpenter";
+/// The cluster an object, a token Secret or an AWS resource was made for: a label on our
+/// token Secrets (scopes the rotator's deletes) and inventories, a tag on the join store and
+/// every AWS resource apply creates (scopes what prune may delete).
+pub const CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
 /// The cluster a managed token Secret was made for (scopes the rotator's deletes).
-pub const TOKEN_CLUSTER_LABEL: &str = "kubean-karpenter.io/cluster";
+pub const TOKEN_CLUSTER_LABEL: &str = CLUSTER_LABEL;
 /// The infra role label Kubespray puts on infra nodes; Karpenter's controller and ours select
 /// it, and doctor finds the infra instances by it.
 pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";

@@ -413,7 +413,7 @@ pub async fn write_inventory(
     let cm = serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": INVENTORY_NAMESPACE,
-                     "labels": {MANAGED_BY.0: MANAGED_BY.1, "kubean-karpenter.io/cluster": cluster}},
+                     "labels": {MANAGED_BY.0: MANAGED_BY.1, kk_spec::names::CLUSTER_LABEL: cluster}},
         "data": {"objects": lines.iter().cloned().collect::<Vec<_>>().join("\n")},
     });
     let mut params = PatchParams::apply(&options.field_manager);

@@ -14,7 +14,7 @@ pub fn cluster_role() -> Value {
         "kind": "ClusterRole",
         "metadata": {
             "name": "kubean-karpenter:doctor",
-            "labels": {"app.kubernetes.io/managed-by": "kubean-karpenter"}
+            "labels": {kk_spec::names::MANAGED_BY.0: kk_spec::names::MANAGED_BY.1}
         },
         "rules": [
             {"apiGroups": [""], "resources": ["nodes", "pods", "events", "configmaps"], "verbs": ["get", "list"]},
