@@ -1,11 +1,12 @@
 //! The network edge: everything that talks to a kube-apiserver or to AWS (EC2, IAM, SSM,
 //! Secrets Manager).
 //!
-//! - Clients: [`client`] builds kube clients the way kubectl does; [`kubeconf`] reads the
-//!   kubeconfig Kubean stored for the cluster it built; [`cahash`] the CA hash a join pins.
+//! - Clients come from kk-client (the client edge, re-exported here): [`client`] builds kube
+//!   clients the way kubectl does; [`kubeconf`] reads the kubeconfig Kubean stored for the
+//!   cluster it built; [`cahash`] the CA hash a join pins.
 //! - [`apply`]: the whole `apply` workflow — AWS side, Helm releases, ordered server-side apply
-//!   of both clusters' objects, inventory and prune; [`aws_error`] is the one shape of a failed
-//!   EC2 or IAM call; [`aws_read`] the AWS reads apply and doctor share.
+//!   of both clusters' objects, inventory and prune ([`aws_error`], the one shape of a failed
+//!   EC2 or IAM call, and [`aws_read`], the AWS reads apply and doctor share, are kk-client's).
 //! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
@@ -19,17 +20,11 @@
 
 pub mod ami;
 pub mod apply;
-pub mod aws_error;
-pub mod aws_read;
-pub mod cahash;
-pub mod client;
 pub mod cluster_state;
 pub mod controller;
 pub mod discover;
 pub mod doctor;
 pub mod fleet_watch;
-pub mod kube_error;
-pub mod kubeconf;
 pub mod node_network;
 pub mod store;
 pub mod token;
@@ -37,9 +32,7 @@ pub mod verify;
 
 pub use apply::{Applied, ApplyError, ApplyOptions, Refusal, apply_all};
 pub use client::{ClientOptions, make_client};
-
-/// kube-rs and, later, the AWS SDK share rustls: install exactly one crypto provider
-/// before the first client, or rustls panics choosing between two.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// The client edge (kk-client), under the paths the workflows here and their callers use.
+pub use kk_client::{
+    aws_error, aws_read, cahash, client, install_crypto_provider, kube_error, kubeconf,
+};

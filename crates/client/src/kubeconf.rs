@@ -384,7 +384,7 @@ enum Handshake {
 fn handshake(server: &str, tls_server_name: Option<&str>, ca: Vec<u8>) -> Result<(), Handshake> {
     use rustls::pki_types::{CertificateDer, ServerName};
     const TIMEOUT: Duration = Duration::from_secs(10);
-    let uri: axum::http::Uri = server
+    let uri: http::Uri = server
         .parse()
         .map_err(|e| Handshake::Unreachable(format!("not a URL: {e}")))?;
     if uri.scheme_str() != Some("https") {
