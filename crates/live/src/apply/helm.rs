@@ -112,11 +112,9 @@ pub fn preflight(
     else {
         return Ok(());
     };
-    let helm = std::env::var("KK_HELM").unwrap_or_else(|_| "helm".into());
-    let found = Command::new(&helm).arg("version").arg("--short").output();
-    if !found.is_ok_and(|o| o.status.success()) {
+    let Some(helm) = helm_binary() else {
         return Ok(());
-    }
+    };
     let Some((chart, _)) = installed(&helm, release, &kube_args(kubeconfig, context))? else {
         return Ok(());
     };
@@ -149,6 +147,13 @@ pub fn preflight(
     }
 }
 
+/// The `helm` to run (`$KK_HELM`, else `helm` on PATH), when it answers `helm version`.
+fn helm_binary() -> Option<String> {
+    let helm = std::env::var("KK_HELM").unwrap_or_else(|_| "helm".into());
+    let found = Command::new(&helm).arg("version").arg("--short").output();
+    found.is_ok_and(|o| o.status.success()).then_some(helm)
+}
+
 fn kube_args(kubeconfig: Option<&Path>, context: Option<&str>) -> Vec<String> {
     let mut kube = Vec::new();
     if let Some(k) = kubeconfig {
@@ -170,12 +175,10 @@ pub fn install(
 ) -> Result<Vec<HelmAction>, HelmError> {
     let releases = bundle.helm_releases();
     let dir = tempfile::tempdir()?;
-    let helm = std::env::var("KK_HELM").unwrap_or_else(|_| "helm".into());
-    let found = Command::new(&helm).arg("version").arg("--short").output();
-    if !found.is_ok_and(|o| o.status.success()) {
+    let Some(helm) = helm_binary() else {
         let commands: Vec<String> = releases.iter().map(HelmRelease::command_line).collect();
         return Err(HelmError::NotInstalled { commands });
-    }
+    };
     let kube = kube_args(kubeconfig, context);
     let mut done = Vec::new();
     for r in releases {

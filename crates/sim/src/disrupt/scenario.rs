@@ -80,15 +80,9 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
         name: "scenario.json".into(),
         docs: vec![Document::parsed(list)],
     };
-    let min_values_policy = match v.get("minValuesPolicy") {
-        None | Some(Value::Null) => crate::solver::MinValuesPolicy::Strict,
-        Some(p) => p
-            .as_str()
-            .and_then(crate::solver::MinValuesPolicy::parse)
-            .ok_or_else(|| {
-                ScenarioError::Invalid(format!("minValuesPolicy: {p} is not Strict or BestEffort"))
-            })?,
-    };
+    let min_values_policy = crate::solver::MinValuesPolicy::from_json(v.get("minValuesPolicy"))
+        .map_err(|e| ScenarioError::Invalid(format!("minValuesPolicy: {e}")))?
+        .unwrap_or_default();
     let load = LoadOptions {
         options: crate::solver::Options {
             min_values_policy,

@@ -27,13 +27,8 @@ pub fn scheduler_config(text: &str) -> Result<Vec<SpreadConstraint>, String> {
 
 /// Karpenter's Helm values → its scheduling settings. Errors name the values key.
 pub fn from_values(values: &Value) -> Result<KarpenterSettings, String> {
-    let min_values_policy =
-        match values.pointer("/settings/minValuesPolicy") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_str().and_then(MinValuesPolicy::parse).ok_or_else(|| {
-                format!("settings.minValuesPolicy: {v} is not Strict or BestEffort")
-            })?),
-        };
+    let min_values_policy = MinValuesPolicy::from_json(values.pointer("/settings/minValuesPolicy"))
+        .map_err(|e| format!("settings.minValuesPolicy: {e}"))?;
     let config = values
         .pointer("/controller/env")
         .and_then(Value::as_array)

@@ -320,19 +320,9 @@ impl Settings {
         replica_sets: Vec<Value>,
         stateful_sets: Vec<Value>,
     ) -> Result<Settings, ScenarioError> {
-        let min_values_policy = match min_values_policy {
-            Value::Null => crate::solver::MinValuesPolicy::Strict,
-            Value::String(s) => crate::solver::MinValuesPolicy::parse(s).ok_or_else(|| {
-                ScenarioError::Invalid(format!(
-                    "minValuesPolicy: {s:?} is not Strict or BestEffort"
-                ))
-            })?,
-            other => {
-                return Err(ScenarioError::Invalid(format!(
-                    "minValuesPolicy: {other} is not Strict or BestEffort"
-                )));
-            }
-        };
+        let min_values_policy = crate::solver::MinValuesPolicy::from_json(Some(min_values_policy))
+            .map_err(|e| ScenarioError::Invalid(format!("minValuesPolicy: {e}")))?
+            .unwrap_or_default();
         let default_spread = match scheduler_config {
             Value::Null => Vec::new(),
             config => crate::input::default_constraints(config)

@@ -180,15 +180,19 @@ impl Scheduler<'_> {
         Ok((base, kept))
     }
 
+    /// The catalog requirements of pool `p`'s instance types that `kept` holds.
+    fn kept_requirements(&self, p: usize, kept: &Bits) -> Vec<&Requirements> {
+        let pool = &self.pools[p];
+        kept.iter()
+            .map(|t| &self.cat_reqs[pool.types[t].cat])
+            .collect()
+    }
+
     /// BestEffort on a claim being opened: each `minValues` the kept types cannot meet is
     /// lowered to the number of values they offer (`nodeclaim.go` `SetMinValues`), and the
     /// claim carries the lowered value from then on.
     fn relax_min_values(&self, p: usize, kept: &Bits, reqs: &mut Requirements) {
-        let pool = &self.pools[p];
-        let types: Vec<&Requirements> = kept
-            .iter()
-            .map(|t| &self.cat_reqs[pool.types[t].cat])
-            .collect();
+        let types = self.kept_requirements(p, kept);
         let short: Vec<(String, usize)> = super::prepare::min_values_counts(reqs, &types)
             .into_iter()
             .filter(|(_, have, min)| have < min)
@@ -205,11 +209,7 @@ impl Scheduler<'_> {
         kept: &Bits,
         reqs: &Requirements,
     ) -> Result<(), String> {
-        let pool = &self.pools[p];
-        let types: Vec<&Requirements> = kept
-            .iter()
-            .map(|t| &self.cat_reqs[pool.types[t].cat])
-            .collect();
+        let types = self.kept_requirements(p, kept);
         match super::prepare::min_values_short(reqs, &types) {
             None => Ok(()),
             Some(short) => Err(format!("minValues requirement not met: {short}")),

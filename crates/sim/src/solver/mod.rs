@@ -86,6 +86,18 @@ impl MinValuesPolicy {
         }
     }
 
+    /// A JSON field holding the policy: `None` when absent or null; the error names the value.
+    pub fn from_json(value: Option<&serde_json::Value>) -> Result<Option<MinValuesPolicy>, String> {
+        match value {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => v
+                .as_str()
+                .and_then(MinValuesPolicy::parse)
+                .map(Some)
+                .ok_or_else(|| format!("{v} is not Strict or BestEffort")),
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             MinValuesPolicy::Strict => "Strict",
