@@ -1,97 +1,33 @@
-//! The network facts `apply` and `doctor` both take from a spec — the node security groups (by
-//! ID or discovery tag), the control plane's group and the API port — and the one rule for
-//! "this ingress rule admits that TCP port".
+//! The node network as the EC2 API shows it: security groups described by ID or discovery tag,
+//! in the spec crate's plain shape (`kk_spec::network`), for apply and doctor.
 
-use kk_spec::ClusterSpec;
+pub use kk_spec::network::{Ingress, NodeNetwork, SecurityGroup};
 
 use crate::aws_error::AwsCallError;
 
-/// What the spec says about the path from a node to the API server.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeNetwork {
-    pub control_plane_security_group: String,
-    pub api_port: u16,
-    /// The node security groups: by ID, and/or by discovery tag (key, value).
-    pub node_security_group_ids: Vec<String>,
-    pub node_security_group_tag: Option<(String, String)>,
-}
-
-impl NodeNetwork {
-    pub fn from_spec(spec: &ClusterSpec) -> Self {
-        NodeNetwork {
-            control_plane_security_group: spec.aws.control_plane_security_group_id.clone(),
-            api_port: spec.api_server.port,
-            node_security_group_ids: spec.aws.security_groups.ids.clone(),
-            node_security_group_tag: spec
-                .aws
-                .security_groups
-                .discovery_tag
-                .as_ref()
-                .map(|t| (t.key.clone(), t.value.clone())),
-        }
-    }
-}
-
-/// One ingress permission of a security group.
-#[derive(Debug, Clone, Default)]
-pub struct Ingress {
-    pub protocol: String,
-    pub from_port: Option<i32>,
-    pub to_port: Option<i32>,
-    pub cidrs: Vec<String>,
-    pub groups: Vec<String>,
-}
-
-impl Ingress {
-    /// Whether the rule lets TCP `port` in: all traffic, or TCP with the port in its range
-    /// (no range: every port).
-    pub fn admits_tcp(&self, port: u16) -> bool {
-        let port = i32::from(port);
-        self.protocol == "-1"
-            || (self.protocol == "tcp"
-                && self.from_port.unwrap_or(0) <= port
-                && self.to_port.unwrap_or(65535) >= port)
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct SecurityGroup {
-    pub id: String,
-    pub ingress: Vec<Ingress>,
-}
-
-impl SecurityGroup {
-    pub fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Self {
-        SecurityGroup {
-            id: g.group_id().unwrap_or_default().to_owned(),
-            ingress: g
-                .ip_permissions()
-                .iter()
-                .map(|p| Ingress {
-                    protocol: p.ip_protocol().unwrap_or_default().to_owned(),
-                    from_port: p.from_port(),
-                    to_port: p.to_port(),
-                    cidrs: p
-                        .ip_ranges()
-                        .iter()
-                        .filter_map(|r| r.cidr_ip().map(str::to_owned))
-                        .collect(),
-                    groups: p
-                        .user_id_group_pairs()
-                        .iter()
-                        .filter_map(|g| g.group_id().map(str::to_owned))
-                        .collect(),
-                })
-                .collect(),
-        }
-    }
-
-    /// The security groups this group admits TCP `port` from.
-    pub fn groups_admitted(&self, port: u16) -> impl Iterator<Item = &str> {
-        self.ingress
+/// A security group as the EC2 API describes it, in the spec crate's plain shape.
+pub fn security_group(g: &aws_sdk_ec2::types::SecurityGroup) -> SecurityGroup {
+    SecurityGroup {
+        id: g.group_id().unwrap_or_default().to_owned(),
+        ingress: g
+            .ip_permissions()
             .iter()
-            .filter(move |r| r.admits_tcp(port))
-            .flat_map(|r| r.groups.iter().map(String::as_str))
+            .map(|p| Ingress {
+                protocol: p.ip_protocol().unwrap_or_default().to_owned(),
+                from_port: p.from_port(),
+                to_port: p.to_port(),
+                cidrs: p
+                    .ip_ranges()
+                    .iter()
+                    .filter_map(|r| r.cidr_ip().map(str::to_owned))
+                    .collect(),
+                groups: p
+                    .user_id_group_pairs()
+                    .iter()
+                    .filter_map(|g| g.group_id().map(str::to_owned))
+                    .collect(),
+            })
+            .collect(),
     }
 }
 
@@ -112,43 +48,5 @@ pub async fn security_groups_tagged(
         .send()
         .await
         .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-    Ok(out
-        .security_groups()
-        .iter()
-        .map(SecurityGroup::from_sdk)
-        .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(protocol: &str, from: Option<i32>, to: Option<i32>) -> Ingress {
-        Ingress {
-            protocol: protocol.into(),
-            from_port: from,
-            to_port: to,
-            groups: vec!["sg-node".into()],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_rule_admits_the_port_in_its_range_or_all_traffic() {
-        assert!(rule("tcp", Some(6443), Some(6443)).admits_tcp(6443));
-        assert!(rule("tcp", Some(1), Some(65535)).admits_tcp(6443));
-        assert!(rule("tcp", None, None).admits_tcp(6443));
-        assert!(rule("-1", None, None).admits_tcp(6443));
-        assert!(!rule("tcp", Some(443), Some(443)).admits_tcp(6443));
-        assert!(!rule("udp", Some(6443), Some(6443)).admits_tcp(6443));
-        let group = SecurityGroup {
-            id: "sg-cp".into(),
-            ingress: vec![
-                rule("tcp", Some(22), Some(22)),
-                rule("tcp", Some(6443), Some(6443)),
-            ],
-        };
-        assert_eq!(group.groups_admitted(6443).collect::<Vec<_>>(), ["sg-node"]);
-        assert_eq!(group.groups_admitted(80).count(), 0);
-    }
+    Ok(out.security_groups().iter().map(security_group).collect())
 }

@@ -29,56 +29,7 @@ use crate::token::{self, BootstrapToken, NewToken, TokenError, TokenInfo};
 /// The tag on every store we write: `kubean-karpenter.io/cluster=<name>`.
 pub const CLUSTER_TAG: &str = kk_spec::names::CLUSTER_LABEL;
 
-/// Which AWS service holds the join configuration (the spec's `join.mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreKind {
-    Ssm,
-    SecretsManager,
-}
-
-impl StoreKind {
-    /// The default store name for a cluster, as `kk_spec::names::join_store` spells it.
-    pub fn default_name(self, cluster: &str) -> String {
-        let mode = match self {
-            StoreKind::Ssm => kk_spec::JoinMode::Ssm,
-            StoreKind::SecretsManager => kk_spec::JoinMode::SecretsManager,
-        };
-        kk_spec::names::default_join_store(mode, cluster)
-    }
-
-    pub fn from_join_mode(mode: kk_spec::JoinMode) -> Option<Self> {
-        match mode {
-            kk_spec::JoinMode::Static => None,
-            kk_spec::JoinMode::Ssm => Some(StoreKind::Ssm),
-            kk_spec::JoinMode::SecretsManager => Some(StoreKind::SecretsManager),
-        }
-    }
-}
-
-/// A store kind other than `ssm` and `secrets-manager`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown store {0:?} (expected ssm or secrets-manager)")]
-pub struct UnknownStoreKind(pub String);
-
-impl std::str::FromStr for StoreKind {
-    type Err = UnknownStoreKind;
-    fn from_str(s: &str) -> Result<Self, UnknownStoreKind> {
-        match s {
-            "ssm" => Ok(StoreKind::Ssm),
-            "secrets-manager" => Ok(StoreKind::SecretsManager),
-            other => Err(UnknownStoreKind(other.to_owned())),
-        }
-    }
-}
-
-impl fmt::Display for StoreKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StoreKind::Ssm => "ssm",
-            StoreKind::SecretsManager => "secrets-manager",
-        })
-    }
-}
+pub use kk_spec::join_store::{StoreKind, UnknownStoreKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -1,7 +1,9 @@
 //! The `ElasticCluster` spec: types, defaults, loading with positions, validation.
 //!
 //! Owns the ElasticCluster document: its types, defaults and located validation, and
-//! [`adopt`]: what a running cluster holds, as spec values with their sources. Must not read
+//! [`adopt`]: what a running cluster holds, as spec values with their sources; and the facts
+//! derived from a spec that several crates use, each written once ([`names`], [`arn`], the
+//! [`join_store`] kind, the [`network`] facts, [`time`]'s durations). Must not read
 //! files, render artifacts, or restate Karpenter's label rules (it asks `kk-karpenter`).
 //!
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
@@ -14,12 +16,15 @@ pub mod feature_gates;
 pub mod iam;
 pub mod images;
 pub mod interruption;
+pub mod join_store;
 pub mod kubean_support;
 pub mod kubernetes_support;
 pub mod kubespray_images;
 mod load;
 pub mod names;
+pub mod network;
 pub mod pin;
+pub mod time;
 pub mod types;
 mod validate;
 pub mod versions;

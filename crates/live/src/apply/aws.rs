@@ -706,7 +706,7 @@ impl Run<'_> {
         let admitted: BTreeSet<String> = cp
             .security_groups()
             .iter()
-            .map(crate::node_network::SecurityGroup::from_sdk)
+            .map(crate::node_network::security_group)
             .flat_map(|g| {
                 g.groups_admitted(d.network.api_port)
                     .map(str::to_owned)

@@ -300,7 +300,7 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
         .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
     out.security_groups()
         .first()
-        .map(SecurityGroup::from_sdk)
+        .map(crate::node_network::security_group)
         .ok_or_else(|| ReadError::Missing {
             call: "ec2:DescribeSecurityGroups".into(),
             thing: format!("security group {id}"),
@@ -316,7 +316,11 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
             .send()
             .await
             .map_err(|e| AwsCallError::from_sdk("ec2:DescribeSecurityGroups", &e))?;
-        found.extend(out.security_groups().iter().map(SecurityGroup::from_sdk));
+        found.extend(
+            out.security_groups()
+                .iter()
+                .map(crate::node_network::security_group),
+        );
     }
     if let Some((key, value)) = &facts.network.node_security_group_tag {
         found.extend(crate::node_network::security_groups_tagged(ec2, key, value).await?);

@@ -94,19 +94,6 @@ fn the_secret_has_exactly_kubeadms_keys() {
 }
 
 #[test]
-fn durations_parse_like_kubeadm() {
-    assert_eq!(parse_duration("24h").unwrap(), Duration::from_secs(86_400));
-    assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-    assert_eq!(parse_duration("6s").unwrap(), Duration::from_secs(6));
-    assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-    assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
-    for bad in ["", "h", "10", "10x", "-1s", "1.5h"] {
-        assert!(parse_duration(bad).is_err(), "{bad}");
-    }
-    assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
-}
-
-#[test]
 fn ttls_over_a_day_are_refused() {
     let day = Duration::from_secs(86_400);
     assert!(check_ttl_ceiling(day).is_ok());
