@@ -10,7 +10,7 @@
 //! - Join credentials: [`token`] (bootstrap tokens), [`store`] (the join store in SSM or
 //!   Secrets Manager), [`controller`] (the in-cluster rotator and node CSR approver).
 //! - Reading a running system: [`verify`] (scale-up, phase by phase), [`doctor`] (read-only
-//!   checks), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates),
+//!   checks: the reading here, the judgement in kk-doctor, re-exported), [`cluster_state`] (the state `plan --disrupt --from-cluster` simulates),
 //!   [`fleet_watch`] (the same kinds followed by watch streams, for `top`), [`discover`] (what
 //!   a Kubean-built cluster, Kubean and the account hold, for `init --discover`).
 //!

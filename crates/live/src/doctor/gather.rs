@@ -1,55 +1,33 @@
 //! Reads, once, everything the checks judge. Only get/list/describe calls (see
-//! [`super::permissions`]). A source that cannot be read is kept as its error, and the checks
+//! `kk_doctor::permissions`). A source that cannot be read is kept as its error, and the checks
 //! that need it are skipped with that reason.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kk_spec::names::instance_id;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
-use super::Facts;
+use kk_doctor::Facts;
+use kk_doctor::snapshot::{
+    Binding, Instance, Rbac, Read, ReadError, Snapshot, StoredJoin, VpcEndpoint,
+};
+
 use crate::aws_error::AwsCallError;
 use crate::aws_read::{PolicyDocumentError, policy_document};
-use crate::store::{JoinConfig, JoinStore};
+use crate::store::JoinStore;
 use crate::token::{self, BootstrapToken};
-
-/// An EC2 instance as the checks see it.
-#[derive(Debug, Clone, Default)]
-pub struct Instance {
-    pub state: String,
-    pub tags: BTreeMap<String, String>,
-    /// IMDS: `HttpPutResponseHopLimit` and `HttpTokens` (`required` = IMDSv2 only).
-    pub hop_limit: Option<i32>,
-    pub http_tokens: Option<String>,
-}
 
 pub use crate::node_network::{Ingress, SecurityGroup};
 
-/// A binding's role and subjects.
-#[derive(Debug, Clone)]
-pub struct Binding {
-    pub namespace: Option<String>,
-    pub name: String,
-    pub role_kind: String,
-    pub role: String,
-    pub subjects: Vec<Subject>,
-}
-
-#[derive(Debug, Default)]
-pub struct Rbac {
-    pub bindings: Vec<Binding>,
-    /// `ClusterRole/<name>` and `Role/<ns>/<name>` that exist.
-    pub roles: BTreeSet<String>,
-}
-
-/// Why doctor could not read something: the checks that need it say so and are skipped.
+/// Why gathering could not read something, typed; the snapshot carries it as a
+/// [`ReadError`], whose text is this one, and the checks that need the value are skipped.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub enum GatherError {
     #[error(transparent)]
     Kube(#[from] crate::kube_error::KubeCallError),
     #[error(transparent)]
@@ -68,59 +46,21 @@ pub enum ReadError {
     Token(#[from] crate::token::TokenError),
 }
 
-type Read<T> = Result<T, ReadError>;
-
-/// Everything the checks judge.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub now: jiff::Timestamp,
-    pub server_version: Read<String>,
-    pub nodes: Read<Vec<Node>>,
-    pub pods: Read<Vec<Pod>>,
-    /// Every Deployment: whether the controllers' pods fit an existing Node.
-    pub deployments: Read<Vec<k8s_openapi::api::apps::v1::Deployment>>,
-    /// Every DaemonSet: whether a GPU pool's next node will get a device plugin.
-    pub daemonsets: Read<Vec<k8s_openapi::api::apps::v1::DaemonSet>>,
-    pub pdbs: Read<Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget>>,
-    pub warning_events: Read<Vec<Event>>,
-    pub nodeclaims: Read<Vec<DynamicObject>>,
-    pub nodepools: Read<Vec<DynamicObject>>,
-    pub nodeclasses: Read<Vec<DynamicObject>>,
-    pub cluster_info: Read<Option<ConfigMap>>,
-    pub ccm_config: Read<Option<ConfigMap>>,
-    pub cluster_ca_hash: Read<String>,
-    /// What the apiserver says the join token is: `None` when there is no token to check
-    /// (no store value, static mode without a token); `Some(Ok(None))` when it does not
-    /// authenticate; `Some(Ok(Some(groups)))` when it does. Learned by authenticating with the
-    /// token, never by reading Secrets: doctor's role has no Secrets access.
-    pub join_token: Option<(String, Read<Option<Vec<String>>>)>,
-    pub rbac: Read<Rbac>,
-    /// `None`: static join mode (no store).
-    pub store: Option<Read<Option<JoinConfig>>>,
-    /// `None`: no AWS configuration (no region/credentials).
-    pub instances: Option<Read<BTreeMap<String, Instance>>>,
-    pub control_plane_sg: Option<Read<SecurityGroup>>,
-    pub node_sgs: Option<Read<Vec<SecurityGroup>>>,
-    /// The controller role's live policies; `None` when no role was named.
-    pub controller_policies: Option<Read<Vec<(String, Value)>>>,
-    /// The interruption queue and rules; `None` without AWS configuration or without a queue.
-    pub interruption: Option<Read<super::gather_interruption::InterruptionState>>,
-    /// The VPC's endpoints (service name, type, state); `None` without AWS configuration or
-    /// when the spec's VPC is not isolated (nothing to check).
-    pub vpc_endpoints: Option<Read<Vec<VpcEndpoint>>>,
+impl From<GatherError> for ReadError {
+    fn from(error: GatherError) -> Self {
+        ReadError::new(error)
+    }
 }
 
-/// One VPC endpoint as EC2 describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VpcEndpoint {
-    pub service_name: String,
-    /// `Interface`, `Gateway`, ...
-    pub kind: String,
-    /// `available`, `pending`, ...
-    pub state: String,
+/// A value for the snapshot: the typed error becomes the [`ReadError`] the checks show.
+fn read<T>(gathered: Gathered<T>) -> Read<T> {
+    gathered.map_err(ReadError::from)
 }
 
-async fn vpc_endpoints(ec2: &aws_sdk_ec2::Client, vpc: &str) -> Read<Vec<VpcEndpoint>> {
+/// A gathered value, or the typed error met reading it.
+type Gathered<T> = Result<T, GatherError>;
+
+async fn vpc_endpoints(ec2: &aws_sdk_ec2::Client, vpc: &str) -> Gathered<Vec<VpcEndpoint>> {
     let call = "ec2:DescribeVpcEndpoints";
     let mut found = Vec::new();
     let mut pages = ec2
@@ -156,8 +96,8 @@ async fn vpc_endpoints(ec2: &aws_sdk_ec2::Client, vpc: &str) -> Read<Vec<VpcEndp
     Ok(found)
 }
 
-fn kube_err(what: &str, e: kube::Error) -> ReadError {
-    ReadError::Kube(crate::kube_error::KubeCallError::from_kube(what, e))
+fn kube_err(what: &str, e: kube::Error) -> GatherError {
+    GatherError::Kube(crate::kube_error::KubeCallError::from_kube(what, e))
 }
 
 fn dynamic(client: &Client, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
@@ -165,7 +105,7 @@ fn dynamic(client: &Client, group: &str, version: &str, kind: &str) -> Api<Dynam
     Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
 }
 
-async fn list_dynamic(client: &Client, group: &str, kind: &str) -> Read<Vec<DynamicObject>> {
+async fn list_dynamic(client: &Client, group: &str, kind: &str) -> Gathered<Vec<DynamicObject>> {
     dynamic(client, group, "v1", kind)
         .list(&ListParams::default())
         .await
@@ -173,7 +113,7 @@ async fn list_dynamic(client: &Client, group: &str, kind: &str) -> Read<Vec<Dyna
         .map_err(|e| kube_err(&format!("list {kind}s"), e))
 }
 
-async fn rbac(client: &Client) -> Read<Rbac> {
+async fn rbac(client: &Client) -> Gathered<Rbac> {
     let mut out = Rbac::default();
     let crbs: Api<ClusterRoleBinding> = Api::all(client.clone());
     for b in crbs
@@ -231,7 +171,7 @@ async fn rbac(client: &Client) -> Read<Rbac> {
 async fn instances(
     ec2: &aws_sdk_ec2::Client,
     ids: &BTreeSet<String>,
-) -> Read<BTreeMap<String, Instance>> {
+) -> Gathered<BTreeMap<String, Instance>> {
     let mut out = BTreeMap::new();
     if ids.is_empty() {
         return Ok(out);
@@ -291,7 +231,7 @@ async fn instances(
     }
 }
 
-async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityGroup> {
+async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Gathered<SecurityGroup> {
     let out = ec2
         .describe_security_groups()
         .group_ids(id)
@@ -301,13 +241,13 @@ async fn control_plane_sg(ec2: &aws_sdk_ec2::Client, id: &str) -> Read<SecurityG
     out.security_groups()
         .first()
         .map(crate::node_network::security_group)
-        .ok_or_else(|| ReadError::Missing {
+        .ok_or_else(|| GatherError::Missing {
             call: "ec2:DescribeSecurityGroups".into(),
             thing: format!("security group {id}"),
         })
 }
 
-async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<SecurityGroup>> {
+async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Gathered<Vec<SecurityGroup>> {
     let mut found = Vec::new();
     if !facts.network.node_security_group_ids.is_empty() {
         let out = ec2
@@ -329,7 +269,10 @@ async fn node_sgs(ec2: &aws_sdk_ec2::Client, facts: &Facts) -> Read<Vec<Security
 }
 
 /// The role's inline and attached (default version) policies, by name.
-pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(String, Value)>> {
+pub async fn role_policies(
+    iam: &aws_sdk_iam::Client,
+    role: &str,
+) -> Gathered<Vec<(String, Value)>> {
     let mut out = Vec::new();
     let inline = iam
         .list_role_policies()
@@ -379,7 +322,7 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, role: &str) -> Read<Vec<(S
         let doc = v
             .policy_version()
             .and_then(|v| v.document())
-            .ok_or_else(|| ReadError::Missing {
+            .ok_or_else(|| GatherError::Missing {
                 call: format!("iam:GetPolicyVersion {arn}"),
                 thing: "document".into(),
             })?;
@@ -429,27 +372,43 @@ pub async fn gather(
     let store = match &facts.store {
         None => None,
         Some((kind, name)) => Some(match aws {
-            None => Err(ReadError::NoAwsConfig),
+            None => Err(GatherError::NoAwsConfig),
             Some(sdk) => JoinStore::new(*kind, name, &facts.cluster, sdk)
                 .read()
                 .await
-                .map_err(ReadError::from),
+                .map_err(GatherError::from),
         }),
     };
     let token: Option<BootstrapToken> = match &store {
         Some(Ok(Some(config))) => Some(config.token.clone()),
         Some(_) => None,
-        None => facts.static_token.clone(),
+        // A malformed static token is judged from the spec (its ID); nothing to authenticate.
+        None => facts
+            .static_token
+            .as_ref()
+            .and_then(|t| BootstrapToken::parse(t.expose()).ok()),
     };
     let join_token = match token {
         None => None,
         Some(t) => Some((
             t.id().to_owned(),
-            token::authenticate(probe, &t)
-                .await
-                .map_err(ReadError::from),
+            read(
+                token::authenticate(probe, &t)
+                    .await
+                    .map_err(GatherError::from),
+            ),
         )),
     };
+    // The snapshot holds what the checks judge of the store, never the token's secret.
+    let store = store.map(|stored| {
+        read(stored.map(|config| {
+            config.map(|c| StoredJoin {
+                token_id: c.token.id().to_owned(),
+                ca_cert_hash: c.ca_cert_hash,
+                expiration: c.expiration,
+            })
+        }))
+    });
     let (mut instances_read, mut cp_sg, mut node_sg, mut policies) = (None, None, None, None);
     let mut interruption = None;
     let mut endpoints = None;
@@ -492,38 +451,49 @@ pub async fn gather(
     }
     Snapshot {
         now: jiff::Timestamp::now(),
-        server_version: server_version
-            .map(|v| v.git_version)
-            .map_err(|e| kube_err("GET /version", e)),
-        nodes,
-        pods: pods.map(|l| l.items).map_err(|e| kube_err("list Pods", e)),
-        daemonsets: daemonsets
-            .map(|l| l.items)
-            .map_err(|e| kube_err("list DaemonSets", e)),
-        deployments: deployments
-            .map(|l| l.items)
-            .map_err(|e| kube_err("list Deployments", e)),
-        pdbs: pdbs
-            .map(|l| l.items)
-            .map_err(|e| kube_err("list PodDisruptionBudgets", e)),
-        warning_events: events
-            .map(|l| l.items)
-            .map_err(|e| kube_err("list Events", e)),
-        nodeclaims,
-        nodepools,
-        nodeclasses,
-        cluster_info: cluster_info.map_err(|e| kube_err("get kube-public/cluster-info", e)),
-        ccm_config: ccm_config
-            .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
-        cluster_ca_hash: ca_hash.map_err(ReadError::from),
+        server_version: read(
+            server_version
+                .map(|v| v.git_version)
+                .map_err(|e| kube_err("GET /version", e)),
+        ),
+        nodes: read(nodes),
+        pods: read(pods.map(|l| l.items).map_err(|e| kube_err("list Pods", e))),
+        daemonsets: read(
+            daemonsets
+                .map(|l| l.items)
+                .map_err(|e| kube_err("list DaemonSets", e)),
+        ),
+        deployments: read(
+            deployments
+                .map(|l| l.items)
+                .map_err(|e| kube_err("list Deployments", e)),
+        ),
+        pdbs: read(
+            pdbs.map(|l| l.items)
+                .map_err(|e| kube_err("list PodDisruptionBudgets", e)),
+        ),
+        warning_events: read(
+            events
+                .map(|l| l.items)
+                .map_err(|e| kube_err("list Events", e)),
+        ),
+        nodeclaims: read(nodeclaims),
+        nodepools: read(nodepools),
+        nodeclasses: read(nodeclasses),
+        cluster_info: read(cluster_info.map_err(|e| kube_err("get kube-public/cluster-info", e))),
+        ccm_config: read(
+            ccm_config
+                .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
+        ),
+        cluster_ca_hash: read(ca_hash.map_err(GatherError::from)),
         join_token,
-        rbac,
+        rbac: read(rbac),
         store,
-        instances: instances_read,
-        control_plane_sg: cp_sg,
-        node_sgs: node_sg,
-        controller_policies: policies,
-        interruption,
-        vpc_endpoints: endpoints,
+        instances: instances_read.map(read),
+        control_plane_sg: cp_sg.map(read),
+        node_sgs: node_sg.map(read),
+        controller_policies: policies.map(read),
+        interruption: interruption.map(read),
+        vpc_endpoints: endpoints.map(read),
     }
 }

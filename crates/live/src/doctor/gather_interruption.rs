@@ -1,52 +1,25 @@
 //! What doctor reads about interruption handling: the queue's attributes (never a message:
 //! `ReceiveMessage` would hide messages from Karpenter) and each rule with its targets.
 
-use std::collections::BTreeMap;
+use kk_doctor::Facts;
+use kk_doctor::snapshot::{InterruptionState, QueueState, RuleState};
 
-use serde_json::Value;
-
-use super::Facts;
-use super::gather::ReadError;
+use super::gather::GatherError;
 use crate::aws_read::{describe_rule, queue_attributes, queue_url, rule_targets};
-
-/// The queue and rules as the account holds them.
-#[derive(Debug, Clone, Default)]
-pub struct InterruptionState {
-    /// `None`: no queue of that name.
-    pub queue: Option<QueueState>,
-    /// By rule name; `None`: no such rule.
-    pub rules: BTreeMap<String, Option<RuleState>>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct QueueState {
-    pub url: String,
-    /// `GetQueueAttributes` `All`: retention, SSE, the policy (JSON text), the backlog counts.
-    pub attributes: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct RuleState {
-    /// `ENABLED`, `DISABLED`, ...
-    pub state: String,
-    pub event_pattern: Option<Value>,
-    /// The ARNs it sends to.
-    pub targets: Vec<String>,
-}
 
 /// Reads the queue and the rules `facts` names (get/describe/list calls only).
 pub async fn read(
     sdk: &aws_config::SdkConfig,
     facts: &Facts,
-) -> Option<Result<InterruptionState, ReadError>> {
+) -> Option<Result<InterruptionState, GatherError>> {
     let want = facts.interruption.as_ref()?;
     Some(read_all(sdk, want).await)
 }
 
 async fn read_all(
     sdk: &aws_config::SdkConfig,
-    want: &super::InterruptionFacts,
-) -> Result<InterruptionState, ReadError> {
+    want: &kk_doctor::InterruptionFacts,
+) -> Result<InterruptionState, GatherError> {
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let events = aws_sdk_eventbridge::Client::new(sdk);
     let mut out = InterruptionState::default();

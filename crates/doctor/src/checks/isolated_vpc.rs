@@ -2,10 +2,10 @@
 //! calls need (`kk_spec::vpc_endpoints`), each of the right type and available.
 
 use super::check;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 
 /// Endpoint states that no longer carry traffic (EC2 `State`, lower case).
 const GONE: [&str; 5] = ["deleted", "deleting", "failed", "rejected", "expired"];

@@ -10,8 +10,8 @@ use kk_spec::names::{
 };
 
 use super::check;
-use crate::doctor::gather::{Binding, Rbac, Snapshot};
-use crate::doctor::{Check, Facts, Status};
+use crate::snapshot::{Binding, Rbac, Snapshot};
+use crate::{Check, Facts, Status};
 
 /// Our roles a binding may point at, and the controller that owns each.
 fn owner(binding: &Binding) -> Option<&'static str> {

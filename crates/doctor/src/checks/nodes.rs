@@ -8,10 +8,10 @@ use super::created;
 use super::name_of;
 use super::provider_id;
 use super::secs;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 use kk_spec::names::{INFRA_ROLE_LABEL, instance_id};
 
 pub(super) fn node_provider_id(s: &Snapshot, f: &Facts) -> Check {

@@ -12,12 +12,12 @@ use super::node_taints;
 use super::pool_of;
 use super::provider_id;
 use super::secs;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::DynamicObject;
+use kube_core::DynamicObject;
 use std::time::Duration;
 
 pub(super) fn karpenter_ready(s: &Snapshot) -> Check {

@@ -12,17 +12,17 @@ use super::name_of;
 use super::node_taints;
 use super::pool_of;
 use super::secs;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use kk_karpenter::taint::{Effect, Taint};
 use kk_spec::GpuSoftware;
-use kube::api::DynamicObject;
+use kube_core::DynamicObject;
 
 fn gpu_nodes<'a>(s: &'a Snapshot, f: &Facts) -> Vec<&'a Node> {
     s.nodes

@@ -1,7 +1,8 @@
 //! What `doctor` needs, and nothing more: read-only Kubernetes RBAC and a read-only IAM
-//! policy (`kubean-karpenter doctor --permissions` prints both). Every call [`super::gather`]
-//! makes is a get, list or describe covered here; the test `doctor_runs_with_only_its_read_only_role`
-//! runs doctor as a ServiceAccount bound to exactly this ClusterRole and sees a refused write.
+//! policy (`kubean-karpenter doctor --permissions` prints both). Every call kk-live's
+//! `doctor::gather` makes is a get, list or describe covered here; the test
+//! `doctor_runs_with_only_its_read_only_role` runs doctor as a ServiceAccount bound to exactly
+//! this ClusterRole and sees a refused write.
 
 use serde_json::{Value, json};
 

@@ -13,8 +13,8 @@ use kk_spec::names::{CSR_APPROVER, ROTATOR, controller_namespace, is_managed};
 
 use super::placement::{self, Labels};
 use super::{check, name_of};
-use crate::doctor::gather::Snapshot;
-use crate::doctor::{Check, Facts, Status};
+use crate::snapshot::Snapshot;
+use crate::{Check, Facts, Status};
 
 /// Node conditions the node lifecycle or the CCM put on and take off by themselves: not a
 /// placement rule (pods get tolerations for the NoExecute ones when they are created).

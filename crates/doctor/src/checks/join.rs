@@ -2,16 +2,16 @@
 
 use super::check;
 use super::secs;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 use std::time::Duration;
 
 /// The token the nodes join with: the store's, or the static one.
 fn join_token_id(s: &Snapshot, f: &Facts) -> Option<String> {
     match &s.store {
-        Some(Ok(Some(cfg))) => Some(cfg.token.id().to_owned()),
+        Some(Ok(Some(cfg))) => Some(cfg.token_id.clone()),
         Some(_) => None,
         None => f.static_token_id.clone(),
     }
@@ -21,8 +21,8 @@ fn join_token_id(s: &Snapshot, f: &Facts) -> Option<String> {
 /// token with ttl × (1 − rotate-at) left and looks every tick; a minute more of slack.
 fn rotation_due_left() -> Option<Duration> {
     use kk_render::rotator::{ROTATE_AT, TICK, TTL};
-    let ttl = crate::token::parse_duration(TTL).ok()?;
-    let tick = crate::token::parse_duration(TICK).ok()?;
+    let ttl = kk_spec::time::parse_duration(TTL).ok()?;
+    let tick = kk_spec::time::parse_duration(TICK).ok()?;
     let rotate_at: f64 = ROTATE_AT.parse().ok()?;
     ttl.mul_f64(1.0 - rotate_at)
         .checked_sub(tick + Duration::from_secs(60))
@@ -60,7 +60,7 @@ pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
                     Status::Fail,
                     format!(
                         "{store}: KK_EXPIRATION={} is in the past",
-                        crate::token::rfc3339(cfg.expiration)
+                        kk_spec::time::rfc3339(cfg.expiration)
                     ),
                     "nodes booting now cannot join: check that the rotator runs (its /metrics and log), or kubean-karpenter token create --publish",
                 );
@@ -71,8 +71,8 @@ pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
                     Status::Fail,
                     format!(
                         "{store}: token {} expires at {} ({} left), but the rotator replaces a token with {} left (ttl {}, rotate at {}, tick {}): the rotation is overdue, and nodes that boot after the expiry will not join",
-                        cfg.token.id(),
-                        crate::token::rfc3339(cfg.expiration),
+                        &cfg.token_id,
+                        kk_spec::time::rfc3339(cfg.expiration),
                         secs(Duration::from_secs(left.as_secs().max(0) as u64)),
                         secs(due),
                         kk_render::rotator::TTL,
@@ -84,8 +84,8 @@ pub(super) fn join_store(s: &Snapshot, f: &Facts) -> Check {
             } else {
                 c = c.saw(format!(
                     "{store}: token {} valid until {} ({} left)",
-                    cfg.token.id(),
-                    crate::token::rfc3339(cfg.expiration),
+                    &cfg.token_id,
+                    kk_spec::time::rfc3339(cfg.expiration),
                     secs(Duration::from_secs(left.as_secs().max(0) as u64))
                 ));
             }
@@ -190,7 +190,7 @@ pub(super) fn cluster_info_jws(s: &Snapshot, f: &Facts) -> Check {
 }
 
 fn grants(
-    s: &crate::doctor::gather::Rbac,
+    s: &crate::snapshot::Rbac,
     role: &str,
     namespace: Option<&str>,
     groups: &[String],

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::DynamicObject;
+use kube_core::DynamicObject;
 use serde_json::Value;
 
 use super::{check, condition, minor, pool_of};
-use crate::doctor::gather::Snapshot;
-use crate::doctor::{Check, Status};
+use crate::snapshot::Snapshot;
+use crate::{Check, Status};
 
 /// Why one `amiSelectorTerms[]` entry does not pin an image, if it does not.
 fn floating(term: &Value) -> Option<String> {

@@ -1,12 +1,12 @@
 //! AWS: the controller's iam:PassRole and the control plane's API port open to the nodes.
 
 use super::check;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
-use crate::doctor::policy::Verdict;
-use crate::doctor::policy::evaluate;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::policy::Verdict;
+use crate::policy::evaluate;
+use crate::snapshot::Snapshot;
 
 pub(super) fn pass_role(s: &Snapshot, f: &Facts) -> Check {
     let mut c = check(

@@ -6,10 +6,10 @@ use super::created;
 use super::minor;
 use super::name_of;
 use super::secs;
-use crate::doctor::Check;
-use crate::doctor::Facts;
-use crate::doctor::Status;
-use crate::doctor::gather::Snapshot;
+use crate::Check;
+use crate::Facts;
+use crate::Status;
+use crate::snapshot::Snapshot;
 
 pub(super) fn apiserver(s: &Snapshot) -> Check {
     let c = check("apiserver-reachable", "the API server answers");

@@ -12,12 +12,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kk_karpenter::budget::{BudgetNodes, DEFAULT_BUDGET};
 use kk_karpenter::{Operator, Requirement};
-use kube::api::DynamicObject;
+use kube_core::DynamicObject;
 use serde_json::Value;
 
 use super::{check, condition, name_of};
-use crate::doctor::gather::Snapshot;
-use crate::doctor::{Check, Status};
+use crate::snapshot::Snapshot;
+use crate::{Check, Status};
 
 const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::DynamicObject;
+use kube_core::DynamicObject;
 use serde_json::Value;
 
-use super::gather::Snapshot;
-use super::{Check, Facts, Status};
+use crate::snapshot::Snapshot;
+use crate::{Check, Facts, Status};
 
 mod aws;
 mod cluster;
@@ -105,7 +105,7 @@ impl Check {
     }
 }
 
-fn name_of(meta: &kube::api::ObjectMeta) -> String {
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
     match &meta.namespace {
         Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or("")),
         None => meta.name.clone().unwrap_or_default(),
@@ -119,10 +119,10 @@ fn age(now: Timestamp, since: Option<Timestamp>) -> Duration {
 }
 
 fn secs(d: Duration) -> String {
-    crate::token::format_duration(Duration::from_secs(d.as_secs()))
+    kk_spec::time::format_duration(Duration::from_secs(d.as_secs()))
 }
 
-fn created(meta: &kube::api::ObjectMeta) -> Option<Timestamp> {
+fn created(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Timestamp> {
     meta.creation_timestamp.as_ref().map(|t| t.0)
 }
 

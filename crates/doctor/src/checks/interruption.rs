@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::check;
-use crate::doctor::gather::Snapshot;
-use crate::doctor::gather_interruption::{InterruptionState, QueueState};
-use crate::doctor::{Check, Facts, Status};
+use crate::snapshot::Snapshot;
+use crate::snapshot::{InterruptionState, QueueState};
+use crate::{Check, Facts, Status};
 
 /// More messages than this waiting means Karpenter is not reading the queue (it long-polls
 /// continuously and deletes what it handled; a healthy queue is empty between events).
@@ -95,7 +95,7 @@ fn strings(v: &Value) -> Vec<&str> {
 fn covers_action(statement: &Value, action: &str) -> bool {
     strings(&statement["Action"])
         .iter()
-        .any(|p| crate::doctor::policy::glob(p, action, true))
+        .any(|p| crate::policy::glob(p, action, true))
 }
 
 /// Whether a statement's principal covers EventBridge (the service, or everyone).
