@@ -90,7 +90,7 @@ pub(crate) fn parse_release(text: &str) -> Result<String, Failure> {
     if names::is_release_date(date) {
         Ok(date.to_owned())
     } else {
-        Err(Failure(format!(
+        Err(Failure::msg(format!(
             "--release {text:?}: expected an AL2023 release date such as v20260827 (`ami list` shows them)"
         )))
     }
@@ -131,7 +131,7 @@ fn flavor_of(
         (Some(v), _) => v.clone(),
         (None, Some(s)) => s.spec.spec.kubernetes_version.clone(),
         (None, None) => {
-            return Err(Failure(
+            return Err(Failure::msg(
                 "name the Kubernetes minor: --kubernetes 1.36 (or --spec SPEC)".into(),
             ));
         }
@@ -142,7 +142,7 @@ fn flavor_of(
             .split('.')
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
     {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "--kubernetes {version:?}: expected a Kubernetes minor such as 1.36"
         )));
     }
@@ -282,7 +282,7 @@ fn resolve(args: ResolveArgs) -> Result<ExitCode, Failure> {
             let pools = &spec.spec.spec.pools;
             match &args.pool {
                 Some(name) => vec![pools.iter().find(|p| &p.name == name).ok_or_else(|| {
-                    Failure(format!(
+                    Failure::msg(format!(
                         "--pool {name:?}: no such pool in {} (pools: {})",
                         spec.file,
                         pools

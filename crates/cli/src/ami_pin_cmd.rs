@@ -33,10 +33,11 @@ pub fn run(args: PinArgs) -> Result<ExitCode, Failure> {
             PinTarget::Release(release.strip_prefix('v').unwrap_or(release).to_owned())
         }
         (None, Some(id)) => PinTarget::Id(id.clone()),
-        (None, None) => return Err(Failure("give --release vDATE or --id ami-…".into())),
+        (None, None) => return Err(Failure::msg("give --release vDATE or --id ami-…".into())),
     };
     let path = Path::new(&args.spec);
-    let text = std::fs::read_to_string(path).map_err(|e| Failure(format!("{}: {e}", args.spec)))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Failure::msg(format!("{}: {e}", args.spec)))?;
     let pinned = pin_ami(&text, &args.spec, &args.pool, &target).map_err(|errors| {
         crate::sources::problems(&errors, &format!("in {}; nothing written", args.spec))
     })?;
@@ -81,6 +82,6 @@ fn write_in_place(path: &Path, text: &str) -> Result<(), Failure> {
     file.as_file().sync_all()?;
     std::fs::set_permissions(file.path(), permissions)?;
     file.persist(path)
-        .map_err(|e| Failure(format!("{}: {}", path.display(), e.error)))?;
+        .map_err(|e| Failure::msg(format!("{}: {}", path.display(), e.error)))?;
     Ok(())
 }

@@ -78,7 +78,7 @@ pub struct ApplyArgs {
 
 fn read_manifests(text: &str, source: &str, out: &mut Objects) -> Result<(), Failure> {
     let docs = load_documents(text, LoadLimits::default())
-        .map_err(|e| Failure(format!("{source}:{e}")))?;
+        .map_err(|e| Failure::msg(format!("{source}:{e}")))?;
     out.extend(docs.into_iter().map(|d| (source.to_owned(), d.value)));
     Ok(())
 }
@@ -101,8 +101,8 @@ fn collect(paths: &[String]) -> Result<Collected, Failure> {
         if read.bundle {
             // A rendered bundle: its own apply order, Helm values left out.
             let files = read.sources.into_iter().map(|s| (s.rel, s.text));
-            let bundle =
-                Bundle::from_files(files.collect()).map_err(|e| Failure(format!("{arg}/{e}")))?;
+            let bundle = Bundle::from_files(files.collect())
+                .map_err(|e| Failure::msg(format!("{arg}/{e}")))?;
             for (rel, value) in bundle.manifests() {
                 collected.request.push(format!("{arg}/{rel}"), &rel, value);
             }

@@ -64,9 +64,9 @@ pub fn run(args: CatalogArgs) -> Result<ExitCode, Failure> {
     };
     if let Some(path) = &args.prices {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+            .map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
         config.prices = PriceTable::parse_csv(&text)
-            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+            .map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
     }
     let base = if args.provider == "kwok" {
         kk_catalog::kwok_catalog()
@@ -117,7 +117,7 @@ fn filter(args: &CatalogArgs, catalog: &Catalog) -> Result<Filter, Failure> {
         let names = catalog.gpu_names();
         if !names.iter().any(|n| n.eq_ignore_ascii_case(gpu)) {
             let known = names.into_iter().collect::<Vec<_>>().join(", ");
-            return Err(Failure(format!(
+            return Err(Failure::msg(format!(
                 "--gpu {gpu:?}: no instance type has that GPU (known: {})",
                 if known.is_empty() { "none" } else { &known }
             )));
@@ -126,20 +126,20 @@ fn filter(args: &CatalogArgs, catalog: &Catalog) -> Result<Filter, Failure> {
     if let Some(family) = &args.family
         && !catalog.families().contains(family.as_str())
     {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "--family {family:?}: unknown instance family (examples: m7i, c7g, g6, p5)"
         )));
     }
     if let Some(name) = &args.instance_type
         && catalog.get(name).is_none()
     {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "--type {name:?}: unknown instance type (for example m6i.large)"
         )));
     }
     let arch = match args.arch.as_deref() {
         None => None,
-        Some(a) => Some(a.parse::<Arch>().map_err(|e| Failure(e.to_string()))?),
+        Some(a) => Some(a.parse::<Arch>().map_err(Failure::from)?),
     };
     Ok(Filter {
         name: args.instance_type.clone(),

@@ -53,7 +53,7 @@ fn completion_script(shell: Shell) -> String {
 
 pub fn man(args: ManArgs) -> Result<ExitCode, Failure> {
     std::fs::create_dir_all(&args.dir)
-        .map_err(|e| Failure(format!("{}: {e}", args.dir.display())))?;
+        .map_err(|e| Failure::msg(format!("{}: {e}", args.dir.display())))?;
     let mut command = crate::command::Cli::command().disable_help_subcommand(true);
     command.build();
     let mut written = Vec::new();
@@ -82,7 +82,7 @@ fn write_pages(
     let path = dir.join(page.get_filename());
     let mut bytes = Vec::new();
     page.render(&mut bytes)?;
-    std::fs::write(&path, bytes).map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    std::fs::write(&path, bytes).map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
     written.push(path);
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         write_pages(sub, dir, written)?;

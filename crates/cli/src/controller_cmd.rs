@@ -99,7 +99,7 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
         return approver_only(args);
     }
     let target = resolve_target(&args.store, true)?.ok_or_else(|| {
-        Failure(
+        Failure::msg(
             "the controller needs a store: --spec FILE, or --cluster, --store and --api-server"
                 .into(),
         )
@@ -140,7 +140,7 @@ fn metrics_addr(args: &ControllerArgs) -> Result<Option<SocketAddr>, Failure> {
         "off" | "" => None,
         a => Some(
             a.parse()
-                .map_err(|_| Failure(format!("--metrics-addr {a:?}: expected host:port")))?,
+                .map_err(|_| Failure::msg(format!("--metrics-addr {a:?}: expected host:port")))?,
         ),
     })
 }

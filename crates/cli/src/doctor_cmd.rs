@@ -85,7 +85,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
     let report = runtime.block_on(async {
         let connected = kk_live::client::connect(&options, kk_live::client::Timeouts::OneShot)
             .await
-            .map_err(|e| Failure(e.to_string()))?;
+            .map_err(Failure::from)?;
         let (client, probe) = (connected.client, connected.config);
         let sdk = if args.no_aws {
             None
@@ -93,7 +93,7 @@ pub fn run(args: DoctorArgs) -> Result<ExitCode, Failure> {
             Some(
                 kk_live::store::aws_config(Some(region), None)
                     .await
-                    .map_err(|e| Failure(e.to_string()))?,
+                    .map_err(Failure::from)?,
             )
         };
         Ok::<_, Failure>(doctor::run(&client, &probe, sdk.as_ref(), &facts).await)

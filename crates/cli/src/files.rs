@@ -29,18 +29,18 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
             .and_then(kk_spec::ca::certificate_blocks)
         {
             Ok(_) => Ok(pem),
-            Err(e) => Err(Failure(format!("{}: {origin}{e}", at(field)))),
+            Err(e) => Err(Failure::msg(format!("{}: {origin}{e}", at(field)))),
         };
     if let Some(b64) = &ca.base64 {
         let pem = base64::engine::general_purpose::STANDARD
             .decode(b64.trim())
-            .map_err(|e| Failure(format!("{}: not base64: {e}", at("base64"))))?;
+            .map_err(|e| Failure::msg(format!("{}: not base64: {e}", at("base64"))))?;
         return certificates_only(pem, "base64", "the decoded PEM, ");
     }
     if let Some(file) = &ca.file {
         let path = base_dir.join(expand_home(file));
         let pem = std::fs::read(&path).map_err(|e| {
-            Failure(format!(
+            Failure::msg(format!(
                 "{}: cannot read {}: {e}",
                 at("file"),
                 path.display()
@@ -51,14 +51,14 @@ pub fn resolve_ca(loaded: &LoadedSpec, base_dir: &Path) -> Result<Vec<u8>, Failu
     if let Some(kc) = &ca.kubeconfig {
         let path = base_dir.join(expand_home(&kc.path));
         let pem = ca_from_kubeconfig(&path, kc.cluster.as_deref())
-            .map_err(|e| Failure(format!("{}: {}: {e}", at("kubeconfig"), path.display())))?;
+            .map_err(|e| Failure::msg(format!("{}: {}: {e}", at("kubeconfig"), path.display())))?;
         return certificates_only(
             pem,
             "kubeconfig",
             &format!("{}: the cluster's CA, ", path.display()),
         );
     }
-    Err(Failure(format!(
+    Err(Failure::msg(format!(
         "{}:{}: spec.caBundle: not set (stage 1): once Kubean has built the cluster, \
          `kubean-karpenter kubeconfig` fetches its kubeconfig for caBundle.kubeconfig",
         loaded.file, loaded.document.start
@@ -75,10 +75,11 @@ pub fn render_spec(loaded: &LoadedSpec, base_dir: &Path) -> Result<Bundle, Failu
             loaded.file
         );
         return kk_render::render_stage1(&loaded.spec)
-            .map_err(|e| Failure(format!("{}: {e}", loaded.file)));
+            .map_err(|e| Failure::msg(format!("{}: {e}", loaded.file)));
     }
     let ca_pem = resolve_ca(loaded, base_dir)?;
-    kk_render::render(&loaded.spec, &ca_pem).map_err(|e| Failure(format!("{}: {e}", loaded.file)))
+    kk_render::render(&loaded.spec, &ca_pem)
+        .map_err(|e| Failure::msg(format!("{}: {e}", loaded.file)))
 }
 
 fn expand_home(path: &str) -> PathBuf {
@@ -111,17 +112,17 @@ pub fn write_report(path: &Path, page: &str) -> Result<(), Failure> {
         _ => Path::new("."),
     };
     let mut tmp =
-        tempfile::NamedTempFile::new_in(dir).map_err(|e| Failure(format!("{name}: {e}")))?;
+        tempfile::NamedTempFile::new_in(dir).map_err(|e| Failure::msg(format!("{name}: {e}")))?;
     tmp.write_all(page.as_bytes())
-        .map_err(|e| Failure(format!("{name}: {e}")))?;
+        .map_err(|e| Failure::msg(format!("{name}: {e}")))?;
     // NamedTempFile creates it 0600.
     std::fs::set_permissions(
         tmp.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o644),
     )
-    .map_err(|e| Failure(format!("{name}: {e}")))?;
+    .map_err(|e| Failure::msg(format!("{name}: {e}")))?;
     tmp.persist(path)
-        .map_err(|e| Failure(format!("{name}: {}", e.error)))?;
+        .map_err(|e| Failure::msg(format!("{name}: {}", e.error)))?;
     Ok(())
 }
 
@@ -156,7 +157,7 @@ fn stays_inside(rel: &str) -> bool {
 /// failure leaves either the old bundle or the new one, never a mix.
 pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Result<(), Failure> {
     if dir.exists() && !force {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "{} exists; pass --force to replace it",
             dir.display()
         )));
@@ -165,21 +166,22 @@ pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Resu
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent).map_err(|e| Failure(format!("{}: {e}", parent.display())))?;
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| Failure::msg(format!("{}: {e}", parent.display())))?;
     let staging = tempfile::Builder::new()
         .prefix(".kubean-karpenter-")
         .tempdir_in(&parent)
-        .map_err(|e| Failure(format!("{}: {e}", parent.display())))?;
+        .map_err(|e| Failure::msg(format!("{}: {e}", parent.display())))?;
     // The bundle may hold a bootstrap token (static mode's userData): its directories are
     // 0700 and its files 0600, whatever the umask.
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Failure(format!("{}: {e}", staging.path().display())))?;
+            .map_err(|e| Failure::msg(format!("{}: {e}", staging.path().display())))?;
     }
     if let Some(rel) = bundle.files.keys().find(|rel| !stays_inside(rel)) {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "bundle file {rel:?} would be written outside {}: refusing to write the bundle",
             dir.display()
         )));
@@ -187,25 +189,25 @@ pub fn write_bundle_atomically(dir: &Path, bundle: &Bundle, force: bool) -> Resu
     for (rel, content) in &bundle.files {
         let path = staging.path().join(rel);
         if let Some(p) = path.parent() {
-            private_dirs(p).map_err(|e| Failure(format!("{}: {e}", p.display())))?;
+            private_dirs(p).map_err(|e| Failure::msg(format!("{}: {e}", p.display())))?;
         }
         write_private(&path, content.as_bytes())
-            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+            .map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
     }
     let staged = staging.keep();
     if dir.exists() {
         let old = parent.join(format!(".kubean-karpenter-old-{}", std::process::id()));
-        std::fs::rename(dir, &old).map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+        std::fs::rename(dir, &old).map_err(|e| Failure::msg(format!("{}: {e}", dir.display())))?;
         if let Err(e) = std::fs::rename(&staged, dir) {
             // Put the old bundle back rather than leave nothing.
             let _ = std::fs::rename(&old, dir);
             let _ = std::fs::remove_dir_all(&staged);
-            return Err(Failure(format!("{}: {e}", dir.display())));
+            return Err(Failure::msg(format!("{}: {e}", dir.display())));
         }
         let _ = std::fs::remove_dir_all(&old);
     } else if let Err(e) = std::fs::rename(&staged, dir) {
         let _ = std::fs::remove_dir_all(&staged);
-        return Err(Failure(format!("{}: {e}", dir.display())));
+        return Err(Failure::msg(format!("{}: {e}", dir.display())));
     }
     Ok(())
 }
@@ -232,7 +234,11 @@ mod tests {
             bundle.files.insert("ORDER.md".into(), "x".into());
             bundle.files.insert(escape.into(), "pwned".into());
             let error = write_bundle_atomically(&out, &bundle, true).unwrap_err();
-            assert!(error.0.contains("outside"), "{escape}: {}", error.0);
+            assert!(
+                error.text().contains("outside"),
+                "{escape}: {}",
+                error.text()
+            );
             assert!(!out.exists(), "{escape}: the bundle was written");
             assert!(!root.path().join("escaped.yaml").exists());
             assert!(!root.path().join("out/escaped.yaml").exists());

@@ -127,7 +127,7 @@ fn write_private(path: &str, text: &str) -> Result<(), Failure> {
         .truncate(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| Failure(format!("{path}: {e}")))?;
+        .map_err(|e| Failure::msg(format!("{path}: {e}")))?;
     use std::os::unix::fs::PermissionsExt;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(text.as_bytes())?;
@@ -144,10 +144,10 @@ fn observe(args: &InitArgs) -> Result<adopt::Observed, Failure> {
     runtime.block_on(async {
         let cluster = kk_live::client::make_client(&cluster_options)
             .await
-            .map_err(|e| Failure(format!("the running cluster: {e}")))?;
+            .map_err(|e| Failure::msg(format!("the running cluster: {e}")))?;
         // Unreachable is one error; what this identity may not read is a finding per read.
         cluster.apiserver_version().await.map_err(|e| {
-            Failure(
+            Failure::msg(
                 kk_live::kube_error::KubeCallError::from_kube(
                     "the running cluster (GET /version)",
                     e,
@@ -159,7 +159,7 @@ fn observe(args: &InitArgs) -> Result<adopt::Observed, Failure> {
             Some(options) => Some(
                 kk_live::client::make_client(options)
                     .await
-                    .map_err(|e| Failure(format!("Kubean's management cluster: {e}")))?,
+                    .map_err(|e| Failure::msg(format!("Kubean's management cluster: {e}")))?,
             ),
             None => None,
         };

@@ -67,7 +67,7 @@ pub fn run(command: KubeanCommand) -> Result<ExitCode, Failure> {
     let (loaded, _) = crate::load_spec(&common.spec)?;
     let rendered = render_operation(&loaded.spec, &operation).map_err(|e| {
         let pos = loaded.document.pos(&kk_model::FieldPath::parse(&e.field));
-        Failure(format!("{}:{pos}: {e}", loaded.file))
+        Failure::msg(format!("{}:{pos}: {e}", loaded.file))
     })?;
     let text = if common.output == "json" {
         serde_json::to_string_pretty(&rendered.object)? + "\n"

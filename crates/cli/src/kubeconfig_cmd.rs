@@ -49,14 +49,14 @@ pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
         }) {
             given
         } else {
-            return Err(Failure(
+            return Err(Failure::msg(
                 "name the management cluster where Kubean runs: --mgmt-context (and \
              --mgmt-kubeconfig) or spec.kubean.managementCluster"
                     .into(),
             ));
         };
     if args.file.exists() && !args.force {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "{} exists; pass --force to replace it",
             args.file.display()
         )));
@@ -76,15 +76,15 @@ pub fn run(args: KubeconfigArgs) -> Result<std::process::ExitCode, Failure> {
     let (text, vetted) = runtime.block_on(async {
         let client = kk_live::make_client(&management)
             .await
-            .map_err(|e| Failure(format!("management cluster: {e}")))?;
+            .map_err(|e| Failure::msg(format!("management cluster: {e}")))?;
         let text = kk_live::kubeconf::fetch(&client, namespace, cluster)
             .await
-            .map_err(|e| Failure(format!("management cluster: {e}")))?;
+            .map_err(|e| Failure::msg(format!("management cluster: {e}")))?;
         // Nothing is written, and no credential of it used, before it passes.
         let vetted =
             kk_live::kubeconf::vet(&text, &source, trust, kk_live::kubeconf::Reach::Itself)
                 .await
-                .map_err(|e| Failure(e.to_string()))?;
+                .map_err(Failure::from)?;
         Ok::<_, Failure>((text, vetted))
     })?;
     let hash = vetted.ca_hash;
@@ -120,10 +120,10 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
         .prefix(".kubean-karpenter-kubeconfig-")
         .permissions(std::fs::Permissions::from_mode(0o600))
         .tempfile_in(&dir)
-        .map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+        .map_err(|e| Failure::msg(format!("{}: {e}", dir.display())))?;
     tmp.write_all(bytes)
-        .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        .map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
     tmp.persist(path)
-        .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        .map_err(|e| Failure::msg(format!("{}: {e}", path.display())))?;
     Ok(())
 }

@@ -39,8 +39,9 @@ pub struct LintArgs {
 pub fn lint(args: LintArgs) -> Result<ExitCode, Failure> {
     let mut stdout = std::io::stdout().lock();
     if let Some(code) = &args.explain {
-        let rule = kk_lint::registry::find(code)
-            .ok_or_else(|| Failure(format!("unknown rule {code:?} (see lint --list-rules)")))?;
+        let rule = kk_lint::registry::find(code).ok_or_else(|| {
+            Failure::msg(format!("unknown rule {code:?} (see lint --list-rules)"))
+        })?;
         stdout.write_all(kk_lint::docs::explain(rule).as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,8 +56,8 @@ pub fn lint(args: LintArgs) -> Result<ExitCode, Failure> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let format: Format = args.format.parse().map_err(Failure)?;
-    let fail_on: Severity = args.fail_on.parse().map_err(Failure)?;
+    let format: Format = args.format.parse().map_err(Failure::msg)?;
+    let fail_on: Severity = args.fail_on.parse().map_err(Failure::msg)?;
     let config = load_config(args.config.as_deref())?;
     let mut inputs = Vec::new();
     for path in &args.paths {
@@ -66,7 +67,7 @@ pub fn lint(args: LintArgs) -> Result<ExitCode, Failure> {
             }
         }
     }
-    let report = kk_lint::lint(&inputs, &config).map_err(|e| Failure(e.to_string()))?;
+    let report = kk_lint::lint(&inputs, &config).map_err(Failure::from)?;
     stdout.write_all(kk_lint::output::render(&report, format).as_bytes())?;
     Ok(if report.fails(fail_on) {
         ExitCode::from(1)
@@ -90,7 +91,7 @@ fn load_config(explicit: Option<&Path>) -> Result<Config, Failure> {
     };
     let name = path.display().to_string();
     let text = sources::read_text(&path, &name)?;
-    Config::parse(&text, &name).map_err(|e| Failure(e.to_string()))
+    Config::parse(&text, &name).map_err(Failure::from)
 }
 
 /// The inputs one PATH argument stands for: a spec becomes the YAML files of its rendered

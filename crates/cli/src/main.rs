@@ -24,6 +24,7 @@ mod command;
 mod completion_cmd;
 mod controller_cmd;
 mod doctor_cmd;
+mod failure;
 mod files;
 mod flags;
 mod init_cmd;
@@ -46,26 +47,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// An error the user must act on; printed once, exit 2.
-struct Failure(String);
-
-impl<E: std::fmt::Display> From<E> for Failure {
-    fn from(e: E) -> Self {
-        Failure(e.to_string())
-    }
-}
+use failure::Failure;
 
 fn main() -> ExitCode {
     let cli = command::Cli::parse();
     match command::run(cli) {
         Ok(code) => code,
-        Err(Failure(message)) => {
-            // Errors quote what the cluster or AWS answered: escaped for the terminal, line by
-            // line (a located error spans lines of its own).
-            let lines: Vec<_> = message.split('\n').map(kk_model::visible).collect();
-            eprintln!("error: {}", lines.join("\n"));
-            ExitCode::from(2)
-        }
+        Err(failure) => failure.report(),
     }
 }
 

@@ -50,7 +50,7 @@ pub fn read_arg(arg: &str) -> Result<PathArg, Failure> {
             .lock()
             .take(MAX_FILE_BYTES as u64 + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| Failure(format!("<stdin>: {e}")))?;
+            .map_err(|e| Failure::msg(format!("<stdin>: {e}")))?;
         let source = source("<stdin>", "<stdin>", bytes, PathBuf::from("."))?;
         return Ok(PathArg {
             bundle: false,
@@ -58,7 +58,7 @@ pub fn read_arg(arg: &str) -> Result<PathArg, Failure> {
         });
     }
     let path = Path::new(arg);
-    let meta = std::fs::metadata(path).map_err(|e| Failure(format!("{arg}: {e}")))?;
+    let meta = std::fs::metadata(path).map_err(|e| Failure::msg(format!("{arg}: {e}")))?;
     let (files, bundle) = if meta.is_dir() {
         let mut found = Vec::new();
         walk(path, 0, &mut found)?;
@@ -87,7 +87,7 @@ pub fn read_arg(arg: &str) -> Result<PathArg, Failure> {
 pub fn read_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
     let read = read_arg(arg)?;
     let [source] = <[NamedSource; 1]>::try_from(read.sources)
-        .map_err(|_| Failure(format!("{arg}: expected one spec file, not a directory")))?;
+        .map_err(|_| Failure::msg(format!("{arg}: expected one spec file, not a directory")))?;
     match source.spec {
         Some(spec) => Ok((spec, source.base_dir)),
         // Not recognisably a spec: parse it as one anyway, for located errors.
@@ -105,13 +105,13 @@ fn source(
     base_dir: PathBuf,
 ) -> Result<NamedSource, Failure> {
     if bytes.len() > MAX_FILE_BYTES {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "{name}: {}",
             kk_lint::input::too_big(bytes.len())
         )));
     }
     let text = String::from_utf8(bytes).map_err(|e| {
-        Failure(format!(
+        Failure::msg(format!(
             "{name}: not UTF-8 text (invalid byte at offset {}), not YAML",
             e.utf8_error().valid_up_to()
         ))
@@ -183,18 +183,18 @@ pub fn problems(errors: &[kk_model::LocatedError], tail: &str) -> Failure {
         "\n{count} problem{} {tail}",
         if count == 1 { "" } else { "s" }
     ));
-    Failure(message)
+    Failure::msg(message)
 }
 
 fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Failure> {
     if depth > MAX_DIR_DEPTH {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "{}: more than {MAX_DIR_DEPTH} directory levels",
             dir.display()
         )));
     }
     let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|e| Failure(format!("{}: {e}", dir.display())))?
+        .map_err(|e| Failure::msg(format!("{}: {e}", dir.display())))?
         .filter_map(Result::ok)
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .collect();
@@ -218,16 +218,16 @@ fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), Failure>
 /// One file's text (a config file, say), within the size limit, as UTF-8.
 pub fn read_text(path: &Path, name: &str) -> Result<String, Failure> {
     String::from_utf8(read_limited(path, name)?)
-        .map_err(|_| Failure(format!("{name}: not UTF-8 text")))
+        .map_err(|_| Failure::msg(format!("{name}: not UTF-8 text")))
 }
 
 /// Reads at most the size limit, so a huge file or a device never fills memory.
 fn read_limited(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
-    let file = std::fs::File::open(path).map_err(|e| Failure(format!("{name}: {e}")))?;
+    let file = std::fs::File::open(path).map_err(|e| Failure::msg(format!("{name}: {e}")))?;
     if let Ok(meta) = file.metadata()
         && meta.len() > MAX_FILE_BYTES as u64
     {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "{name}: {}",
             kk_lint::input::too_big(meta.len() as usize)
         )));
@@ -235,7 +235,7 @@ fn read_limited(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| Failure(format!("{name}: {e}")))?;
+        .map_err(|e| Failure::msg(format!("{name}: {e}")))?;
     Ok(bytes)
 }
 
@@ -267,13 +267,13 @@ mod tests {
     use super::*;
 
     fn ok<T>(r: Result<T, Failure>) -> T {
-        r.unwrap_or_else(|e| panic!("{}", e.0))
+        r.unwrap_or_else(|e| panic!("{}", e.text()))
     }
 
     fn err<T>(r: Result<T, Failure>) -> String {
         match r {
             Ok(_) => panic!("expected an error"),
-            Err(e) => e.0,
+            Err(e) => e.text(),
         }
     }
 

@@ -77,7 +77,7 @@ impl Target {
         ) {
             (Some(h), _) => Ok(h.clone()),
             (None, Ok(h)) => Ok(h.clone()),
-            (None, Err(e)) => Err(Failure(format!(
+            (None, Err(e)) => Err(Failure::msg(format!(
                 "no CA hash to publish: {e}; pass --ca-cert-hash or --spec"
             ))),
         }
@@ -117,7 +117,7 @@ pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<T
             let pem = crate::files::resolve_ca(&loaded, &base)?;
             hash = Some(
                 kk_render::ClusterCa::from_pem(&pem)
-                    .map_err(|e| Failure(format!("{spec}: {e}")))?
+                    .map_err(|e| Failure::msg(format!("{spec}: {e}")))?
                     .cert_hash,
             );
         }
@@ -126,12 +126,12 @@ pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<T
         .cluster
         .clone()
         .or(cluster)
-        .ok_or_else(|| Failure("name the cluster: --cluster or --spec".into()))?;
+        .ok_or_else(|| Failure::msg("name the cluster: --cluster or --spec".into()))?;
     let kind = match &args.store {
-        Some(s) => s.parse::<StoreKind>().map_err(|e| Failure(e.to_string()))?,
+        Some(s) => s.parse::<StoreKind>().map_err(Failure::from)?,
         None if !publish && spec_kind.is_none() => return Ok(None),
         None => spec_kind.ok_or_else(|| {
-            Failure(if args.spec.is_some() {
+            Failure::msg(if args.spec.is_some() {
                 "the spec's join.mode is static: there is no store to publish to (pass --store to name one)".into()
             } else {
                 "name the store kind: --store ssm|secrets-manager, or --spec".into()
@@ -145,13 +145,13 @@ pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<T
         .unwrap_or_else(|| kind.default_name(&cluster));
     let endpoint = match args.api_server.clone().or(endpoint) {
         Some(e) => {
-            store::validate_endpoint(&e).map_err(|e| Failure(format!("--api-server {e}")))?;
+            store::validate_endpoint(&e).map_err(|e| Failure::msg(format!("--api-server {e}")))?;
             e
         }
         // Only reading the store: no endpoint needed.
         None if !publish => String::new(),
         None => {
-            return Err(Failure(
+            return Err(Failure::msg(
                 "name the API server nodes join: --api-server host:port, or --spec".into(),
             ));
         }
@@ -160,7 +160,7 @@ pub(crate) fn resolve_target(args: &StoreArgs, publish: bool) -> Result<Option<T
     if let Some(h) = &ca_cert_hash
         && !store::is_ca_cert_hash(h)
     {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "--ca-cert-hash {h:?}: expected sha256:<64 lowercase hex digits>"
         )));
     }
@@ -189,7 +189,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure(format!("cannot start the async runtime: {e}")))
+        .map_err(|e| Failure::msg(format!("cannot start the async runtime: {e}")))
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -248,7 +248,7 @@ pub fn token(command: TokenCommand) -> Result<ExitCode, Failure> {
             publish,
             store,
         } => {
-            token::check_ttl_ceiling(ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
+            token::check_ttl_ceiling(ttl).map_err(|e| Failure::msg(format!("--ttl: {e}")))?;
             create(&kube, ttl, description, show_secret, publish, &store)
         }
         TokenCommand::List { kube, output } => list(&kube, output),
@@ -264,10 +264,11 @@ fn create(
     publish: bool,
     store_args: &StoreArgs,
 ) -> Result<ExitCode, Failure> {
-    token::expiration_after(Timestamp::now(), ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
+    token::expiration_after(Timestamp::now(), ttl)
+        .map_err(|e| Failure::msg(format!("--ttl: {e}")))?;
     let target = if publish {
         Some(resolve_target(store_args, true)?.ok_or_else(|| {
-            Failure(
+            Failure::msg(
                 "--publish needs a store: --spec FILE, or --cluster, --store and --api-server"
                     .into(),
             )
@@ -395,7 +396,7 @@ fn revoke(kube: &KubeFlags, id: &str, store_args: &StoreArgs) -> Result<ExitCode
             if let Some(stored) = store.read().await?
                 && stored.token.id() == id
             {
-                return Err(Failure(format!(
+                return Err(Failure::msg(format!(
                     "token {id} is the one {} publishes; nodes would fail to join. Publish a new one first (token create --publish), then revoke {id}",
                     store.describe()
                 )));

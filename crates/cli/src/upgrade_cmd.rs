@@ -59,7 +59,7 @@ pub struct PlanArgs {
 fn next_minor(version: &str, file: &str) -> Result<String, Failure> {
     use kk_spec::kubernetes_support::{self, Standing};
     let minor = kk_spec::images::kubernetes_minor(version).ok_or_else(|| {
-        Failure(format!(
+        Failure::msg(format!(
             "{file}: spec.kubernetesVersion {version:?} is not a version like 1.35.5: pass --to"
         ))
     })?;
@@ -103,7 +103,7 @@ pub fn run(command: UpgradeCommand) -> Result<ExitCode, Failure> {
     let spec = &loaded.spec;
     for (pool, _) in &args.nodes {
         if !spec.spec.pools.iter().any(|p| &p.name == pool) {
-            return Err(Failure(format!(
+            return Err(Failure::msg(format!(
                 "--nodes {pool}=…: no pool named {pool:?} in {}",
                 loaded.file
             )));

@@ -112,13 +112,13 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         let text = bundle
             .files
             .get(&file)
-            .ok_or_else(|| Failure(format!("the bundle has no {file}")))?;
+            .ok_or_else(|| Failure::msg(format!("the bundle has no {file}")))?;
         let docs = load_documents(text, LoadLimits::default())
-            .map_err(|e| Failure(format!("{file}:{e}")))?;
+            .map_err(|e| Failure::msg(format!("{file}:{e}")))?;
         let workload = docs
             .into_iter()
             .next()
-            .ok_or_else(|| Failure(format!("{file} is empty")))?
+            .ok_or_else(|| Failure::msg(format!("{file} is empty")))?
             .value;
         targets.push(PoolTarget {
             pool: pool.name.clone(),
@@ -128,7 +128,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
     }
     for want in &args.pools {
         if !spec.pools.iter().any(|p| &p.name == want) {
-            return Err(Failure(format!("the spec has no pool {want}")));
+            return Err(Failure::msg(format!("the spec has no pool {want}")));
         }
     }
     let options = VerifyOptions {
@@ -146,7 +146,7 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
     // The pool whose node --interruption reclaims, and the queue the warning goes to.
     let reclaimed = if args.interruption {
         let queue = kk_spec::interruption::queue_name(&loaded.spec).ok_or_else(|| {
-            Failure(
+            Failure::msg(
                 "--interruption: the spec has no interruption queue (no pool allows spot, or interruptionQueue is \"\")"
                     .into(),
             )
@@ -154,7 +154,9 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         let pool = targets
             .iter()
             .find(|t| !t.gpu)
-            .ok_or_else(|| Failure("--interruption needs a CPU pool among those verified".into()))?
+            .ok_or_else(|| {
+                Failure::msg("--interruption needs a CPU pool among those verified".into())
+            })?
             .pool
             .clone();
         eprintln!(
@@ -200,13 +202,13 @@ pub fn run(args: VerifyArgs) -> Result<ExitCode, Failure> {
         let connected =
             kk_live::client::connect(&client_options, kk_live::client::Timeouts::OneShot)
                 .await
-                .map_err(|e| Failure(e.to_string()))?;
+                .map_err(Failure::from)?;
         let (client, probe) = (connected.client, connected.config);
         let reclaim_sdk = match &reclaimed {
             Some(_) => Some(
                 kk_live::store::aws_config(Some(region.clone()), None)
                     .await
-                    .map_err(|e| Failure(format!("aws: {e}")))?,
+                    .map_err(|e| Failure::context("aws", e))?,
             ),
             None => None,
         };

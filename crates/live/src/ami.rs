@@ -96,7 +96,8 @@ impl CustomImage {
 /// Why an AMI question got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AmiError {
-    #[error(transparent)]
+    // The call error is the source, not hidden: the CLI reads refusal vs outage from it.
+    #[error("{0}")]
     Aws(#[from] AwsCallError),
     /// AWS publishes no such parameter (an unknown minor, variant, architecture or release).
     #[error(

@@ -57,7 +57,8 @@ pub enum TokenError {
     )]
     NotAToken(String, String),
     /// A kube-apiserver call failed (refused, or no answer).
-    #[error(transparent)]
+    // The call error is the source, not hidden: the CLI reads refusal vs outage from it.
+    #[error("{0}")]
     Kube(#[from] KubeCallError),
 }
 

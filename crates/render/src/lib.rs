@@ -94,6 +94,9 @@ pub struct Bundle {
     pub files: BTreeMap<String, String>,
     kinds: BTreeMap<String, FileKind>,
     objects: BTreeMap<String, Vec<Value>>,
+    /// Each JSON document (IAM policies, the interruption queue and rules) as the value it was
+    /// written from, or parsed once when read back from files.
+    json: BTreeMap<String, Value>,
     /// The Helm releases, in install order (a bundle read back from files has none: only a
     /// rendered spec says which chart and version its values are for).
     releases: Vec<HelmRelease>,
@@ -165,6 +168,7 @@ impl Bundle {
         })?;
         text.push('\n');
         self.insert(path, text, FileKind::Document, Vec::new());
+        self.json.insert(path.to_owned(), value.clone());
         Ok(())
     }
 
@@ -180,10 +184,23 @@ impl Bundle {
 
     /// A bundle read back from disk (`apply DIR`): every YAML file is parsed once and typed by
     /// content (documents with `apiVersion` and `kind` are a manifest; documents without are
-    /// Helm values); one that does not parse, or mixes both, is an error, never skipped.
+    /// Helm values), every JSON file parsed once; one that does not parse, or mixes both, is
+    /// an error, never skipped.
     pub fn from_files(files: BTreeMap<String, String>) -> Result<Bundle, BundleError> {
         let mut bundle = Bundle::default();
         for (path, text) in files {
+            if path.ends_with(".json") {
+                let value: Value = serde_json::from_str(&text).map_err(|e| {
+                    let message = e.to_string();
+                    // serde_json ends its text with the position, which the path now carries.
+                    let message = message.split(" at line ").next().unwrap_or_default();
+                    BundleError {
+                        path: format!("{path}:{}:{}", e.line(), e.column()),
+                        message: message.to_owned(),
+                    }
+                })?;
+                bundle.json.insert(path.clone(), value);
+            }
             if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
                 bundle.insert(&path, text, FileKind::Document, Vec::new());
                 continue;
@@ -220,6 +237,11 @@ impl Bundle {
     /// The objects a manifest or Helm values file was written from.
     pub fn objects(&self, path: &str) -> &[Value] {
         self.objects.get(path).map_or(&[], Vec::as_slice)
+    }
+
+    /// The JSON document at `path` (`iam/…`, `interruption/…`), as written or as read back.
+    pub fn json(&self, path: &str) -> Option<&Value> {
+        self.json.get(path)
     }
 
     /// Every Kubernetes object in the bundle's manifests, in apply order (files sorted by path

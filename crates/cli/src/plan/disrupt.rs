@@ -25,7 +25,7 @@ use crate::Failure;
 
 pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     if !args.scale.is_empty() {
-        return Err(Failure(
+        return Err(Failure::msg(
             "--scale does not apply to --disrupt: the state's pods are what runs".into(),
         ));
     }
@@ -55,39 +55,39 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
     let mut state = disrupt::load(&files, &opts, None)
         .map_err(|errors| crate::sources::problems(&errors, "in the inputs; nothing simulated"))?;
     if state.input.pools.is_empty() {
-        return Err(Failure(
+        return Err(Failure::msg(
             "no NodePool in the inputs; pass the NodePools (or the spec) with -f".into(),
         ));
     }
     let base = match &args.now {
-        Some(t) => clock::parse_time(t).map_err(|e| Failure(format!("--now: {e}")))?,
+        Some(t) => clock::parse_time(t).map_err(|e| Failure::msg(format!("--now: {e}")))?,
         None => state.latest.ok_or_else(|| {
-            Failure(
+            Failure::msg(
                 "no timestamp in the inputs to start the clock from; pass --now 2026-01-01T00:00:00Z"
                     .into(),
             )
         })?,
     };
     let at = match &args.at {
-        Some(d) => clock::parse_duration(d).map_err(|e| Failure(format!("--at: {e}")))?,
+        Some(d) => clock::parse_duration(d).map_err(|e| Failure::msg(format!("--at: {e}")))?,
         None => 0,
     };
     if at < 0 {
-        return Err(Failure("--at: time only moves forward".into()));
+        return Err(Failure::msg("--at: time only moves forward".into()));
     }
     let reclaim = args
         .reclaim
         .as_deref()
         .map(disrupt::Selector::parse)
         .transpose()
-        .map_err(|e| Failure(format!("--reclaim: {e}")))?;
+        .map_err(|e| Failure::msg(format!("--reclaim: {e}")))?;
     let change = read_change(args, &opts, &state)?;
     let drift = change.map(|c| disrupt::drift::apply(&mut state, &c, base + at));
     let budget = match &args.budget_time {
         Some(d) => match clock::parse_duration(d) {
             Ok(s) if s > 0 => Some(s as f64),
-            Ok(_) => return Err(Failure("--budget-time: must be more than 0s".into())),
-            Err(e) => return Err(Failure(format!("--budget-time: {e}"))),
+            Ok(_) => return Err(Failure::msg("--budget-time: must be more than 0s".into())),
+            Err(e) => return Err(Failure::msg(format!("--budget-time: {e}"))),
         },
         None => None,
     };
@@ -100,7 +100,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         watch: Some(watch(budget)),
         reclaim,
     };
-    let mut report = disrupt::run(&state, &options).map_err(|e| Failure(e.to_string()))?;
+    let mut report = disrupt::run(&state, &options).map_err(Failure::from)?;
     report.drift = drift;
     let mut out = std::io::stdout().lock();
     match args.output {
@@ -158,13 +158,13 @@ fn read_change(
             files.push(f);
         }
         if !found {
-            return Err(Failure(format!("{flag} {path}: no {kind} in it")));
+            return Err(Failure::msg(format!("{flag} {path}: no {kind} in it")));
         }
     }
     if let Some(spec) = &args.spec_change {
         for f in read_inputs(spec)? {
             if f.spec.is_none() {
-                return Err(Failure(format!(
+                return Err(Failure::msg(format!(
                     "--spec {spec}: not an ElasticCluster spec (pass manifests with --nodeclass or --nodepool)"
                 )));
             }
@@ -210,10 +210,10 @@ fn from_cluster(args: &PlanArgs) -> Result<Vec<SourceFile>, Failure> {
     let listed = runtime.block_on(async {
         let client = kk_live::client::make_client(&options)
             .await
-            .map_err(|e| Failure(e.to_string()))?;
+            .map_err(Failure::from)?;
         kk_live::cluster_state::read_state(&client)
             .await
-            .map_err(|e| Failure(format!("reading the cluster's state: {e}")))
+            .map_err(|e| Failure::context("reading the cluster's state", e))
     })?;
     Ok(listed
         .into_iter()

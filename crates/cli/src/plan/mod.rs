@@ -182,14 +182,14 @@ pub fn run(args: PlanArgs) -> Result<ExitCode, Failure> {
     let input = kk_sim::load(&pool_files, &workload_files, &node_files, &opts)
         .map_err(|errors| sources::problems(&errors, "in the inputs; nothing planned"))?;
     if input.pools.is_empty() {
-        return Err(Failure(format!(
+        return Err(Failure::msg(format!(
             "no NodePool in {}; pass the spec or the NodePool manifests with -f",
             args.pools.join(", ")
         )));
     }
     let mut out = std::io::stdout().lock();
     if let Some(pod) = &args.explain {
-        let e = kk_sim::explain(&input, pod).map_err(|e| Failure(e.to_string()))?;
+        let e = kk_sim::explain(&input, pod).map_err(Failure::from)?;
         if args.output == crate::flags::OutputFormat::Json {
             writeln!(out, "{}", serde_json::to_string_pretty(&e)?)?;
         } else if args.output == crate::flags::OutputFormat::Yaml {
@@ -234,7 +234,7 @@ fn write_html(path: &Path, plan: &kk_sim::Plan, input: &kk_sim::Input) -> Result
         .chain(plan.existing_nodes.iter().flat_map(|e| &e.pods));
     let mut explanations = std::collections::BTreeMap::new();
     for key in keys.take(HTML_EXPLAINED) {
-        let e = kk_sim::explain(input, key).map_err(|e| Failure(e.to_string()))?;
+        let e = kk_sim::explain(input, key).map_err(Failure::from)?;
         explanations.insert(key.clone(), e.render());
     }
     let page = crate::report::html(plan, input, &explanations);
@@ -261,10 +261,10 @@ fn karpenter_settings(
             &values.text,
             kk_model::yaml::LoadLimits::default(),
         )
-        .map_err(|e| Failure(format!("{}: {}", values.name, e.message)))?;
+        .map_err(|e| Failure::msg(format!("{}: {}", values.name, e.message)))?;
         if let Some(doc) = docs.first() {
             settings = kk_sim::input::settings::from_values(&doc.value)
-                .map_err(|e| Failure(format!("{}: {e}", values.name)))?;
+                .map_err(|e| Failure::msg(format!("{}: {e}", values.name)))?;
         }
     }
     if let Some(policy) = &args.min_values_policy {
@@ -274,7 +274,7 @@ fn karpenter_settings(
         let text = sources::read_text(std::path::Path::new(path), path)?;
         settings.default_spread = Some(
             kk_sim::input::settings::scheduler_config(&text)
-                .map_err(|e| Failure(format!("--scheduler-config {path}: {e}")))?,
+                .map_err(|e| Failure::msg(format!("--scheduler-config {path}: {e}")))?,
         );
     }
     Ok(settings)

@@ -117,9 +117,9 @@ pub fn run(args: &TopArgs) -> Result<ExitCode, Failure> {
             );
         }
         let now = match &args.now {
-            Some(t) => {
-                Some(disrupt::clock::parse_time(t).map_err(|e| Failure(format!("--now: {e}")))?)
-            }
+            Some(t) => Some(
+                disrupt::clock::parse_time(t).map_err(|e| Failure::msg(format!("--now: {e}")))?,
+            ),
             None => None,
         };
         let state = load_state(&files)?;
@@ -135,17 +135,17 @@ pub fn run(args: &TopArgs) -> Result<ExitCode, Failure> {
     runtime.block_on(async {
         let client = kk_live::client::make_client(&options)
             .await
-            .map_err(|e| Failure(e.to_string()))?;
+            .map_err(Failure::from)?;
         if once {
             let listed = kk_live::cluster_state::read_state(&client)
                 .await
-                .map_err(|e| Failure(format!("reading the cluster's state: {e}")))?;
+                .map_err(|e| Failure::context("reading the cluster's state", e))?;
             let fleet = view(&sources(listed), unix_now(), args.pool.as_deref())?;
             return print_snapshot(&fleet, args.output);
         }
         let watch = kk_live::fleet_watch::FleetWatch::start(client)
             .await
-            .map_err(|e| Failure(format!("watching the cluster: {e}")))?;
+            .map_err(|e| Failure::context("watching the cluster", e))?;
         screen::run(watch, args.pool.clone()).await
     })?;
     Ok(ExitCode::SUCCESS)

@@ -68,7 +68,11 @@ fn publish_with_aws_unreachable_exits_2_and_leaves_no_token() {
         assert!(out.is_empty(), "{out}");
         assert!(err.contains("cannot reach AWS"), "{err}");
         assert!(err.contains("was deleted again"), "{err}");
-        assert_eq!(err.lines().count(), 1, "one clear line: {err}");
+        assert_eq!(err.lines().count(), 2, "one clear line and its hint: {err}");
+        assert!(
+            err.contains("\nhint: AWS could not be reached"),
+            "an outage, not a refusal: {err}"
+        );
     }
     assert!(tokens_of(&testbed, &cluster).is_empty());
 }
@@ -199,4 +203,63 @@ fn ca_hash_from_kubeconfig_and_pem_agree_and_an_unreachable_apiserver_exits_2() 
     assert_eq!(code, 2, "{err}");
     assert!(out.is_empty());
     assert!(err.contains("cannot reach the apiserver"), "{err}");
+}
+
+/// A refusal and an outage read differently (#48 item 2): the typed call error reaches the
+/// CLI, which adds one hint line saying which it was. Both exit 2.
+#[test]
+fn refused_credentials_and_an_unreachable_apiserver_get_different_hints() {
+    let Some(testbed) = require(&repo(), "token list, refused vs unreachable") else {
+        return;
+    };
+    let admin = std::fs::read_to_string(&testbed.kubeconfig).unwrap();
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_owned();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, address, hint) in [
+        (
+            "refused",
+            server.as_str(),
+            "hint: the apiserver did not accept the credentials",
+        ),
+        (
+            "unreachable",
+            &format!("https://{closed}"),
+            "hint: the apiserver could not be reached",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{address}\", insecure-skip-tls-verify: true}}\nusers:\n- name: u\n  user: {{token: not-a-token}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+            ),
+        )
+        .unwrap();
+        let mut c = bin(&testbed);
+        c.arg("token").arg("list").arg("--kubeconfig").arg(&path);
+        let (code, out, err) = run(c);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(out.is_empty(), "{name}: {out}");
+        assert!(
+            err.starts_with("error: list Secrets in kube-system: "),
+            "{name}: {err}"
+        );
+        assert_eq!(
+            err.lines().count(),
+            2,
+            "{name}: the error and its hint: {err}"
+        );
+        assert!(
+            err.lines().nth(1).unwrap().starts_with(hint),
+            "{name}: {err}"
+        );
+    }
 }

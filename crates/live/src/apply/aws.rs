@@ -103,7 +103,8 @@ pub const STEPS: &[&str] = &[
 /// Why a step stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
-    #[error(transparent)]
+    // The call error is the source, not hidden: the CLI reads refusal vs outage from it.
+    #[error("{0}")]
     Aws(#[from] AwsCallError),
     #[error("the policy document IAM returned: {0}")]
     Policy(#[from] PolicyDocumentError),

@@ -8,12 +8,21 @@ use serde_json::Value;
 use super::aws::AwsDesired;
 use super::interruption::{InterruptionDesired, RuleDesired};
 
-fn json_file(bundle: &Bundle, path: &str) -> Result<Value, String> {
-    let text = bundle
-        .files
-        .get(path)
-        .ok_or_else(|| format!("the bundle has no {path}"))?;
-    serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))
+/// A document the AWS side needs that the bundle lacks, or lacks a field of (a bundle read
+/// back from files may have been edited).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleDocumentError {
+    #[error("the bundle has no {0}")]
+    Missing(&'static str),
+    #[error("{path}: no {key}")]
+    NoField {
+        path: &'static str,
+        key: &'static str,
+    },
+}
+
+fn json_file<'a>(bundle: &'a Bundle, path: &'static str) -> Result<&'a Value, BundleDocumentError> {
+    bundle.json(path).ok_or(BundleDocumentError::Missing(path))
 }
 
 impl AwsDesired {
@@ -24,19 +33,19 @@ impl AwsDesired {
         bundle: &Bundle,
         controller_role: Option<String>,
         rotator_role: Option<String>,
-    ) -> Result<AwsDesired, String> {
+    ) -> Result<AwsDesired, BundleDocumentError> {
         let name = &spec.metadata.name;
         let aws = &spec.spec.aws;
         let node_role = json_file(bundle, "iam/node-role.json")?;
         let mut policies = vec![(
             format!("KarpenterControllerPolicy-{name}"),
-            json_file(bundle, "iam/controller-policy.json")?,
+            json_file(bundle, "iam/controller-policy.json")?.clone(),
             controller_role,
         )];
         if bundle.files.contains_key("iam/rotator-policy.json") {
             policies.push((
                 format!("KubeanKarpenterRotatorPolicy-{name}"),
-                json_file(bundle, "iam/rotator-policy.json")?,
+                json_file(bundle, "iam/rotator-policy.json")?.clone(),
                 rotator_role,
             ));
         }
@@ -48,7 +57,7 @@ impl AwsDesired {
         Ok(AwsDesired {
             cluster: name.clone(),
             node_role: aws.node_role.clone(),
-            trust_policy: json_file(bundle, "iam/node-role-trust-policy.json")?,
+            trust_policy: json_file(bundle, "iam/node-role-trust-policy.json")?.clone(),
             managed_policy_arns: node_role["managedPolicyArns"]
                 .as_array()
                 .into_iter()
@@ -79,28 +88,28 @@ impl AwsDesired {
 }
 
 /// The interruption queue and rules `interruption/` describes; `None` when the bundle has none.
-fn interruption(bundle: &Bundle) -> Result<Option<InterruptionDesired>, String> {
+fn interruption(bundle: &Bundle) -> Result<Option<InterruptionDesired>, BundleDocumentError> {
     if !bundle.files.contains_key("interruption/queue.json") {
         return Ok(None);
     }
     let queue = json_file(bundle, "interruption/queue.json")?;
-    let text = |v: &Value, key: &str, path: &str| {
+    let text = |v: &Value, key: &'static str, path: &'static str| {
         v[key]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| format!("{path}: no {key}"))
+            .ok_or(BundleDocumentError::NoField { path, key })
     };
     let rules = json_file(bundle, "interruption/rules.json")?;
     Ok(Some(InterruptionDesired {
-        queue: text(&queue, "queueName", "interruption/queue.json")?,
-        queue_arn: text(&queue, "arn", "interruption/queue.json")?,
+        queue: text(queue, "queueName", "interruption/queue.json")?,
+        queue_arn: text(queue, "arn", "interruption/queue.json")?,
         attributes: queue["attributes"]
             .as_object()
             .into_iter()
             .flatten()
             .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
             .collect(),
-        policy: json_file(bundle, "interruption/queue-policy.json")?,
+        policy: json_file(bundle, "interruption/queue-policy.json")?.clone(),
         rules: rules
             .as_array()
             .into_iter()
@@ -115,6 +124,6 @@ fn interruption(bundle: &Bundle) -> Result<Option<InterruptionDesired>, String> 
                     ),
                 })
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, BundleDocumentError>>()?,
     }))
 }

@@ -21,4 +21,5 @@ pub mod interruption;
 pub mod kube;
 pub mod workflow;
 
+pub use aws_desired::BundleDocumentError;
 pub use kube::*;

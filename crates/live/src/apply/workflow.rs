@@ -94,12 +94,12 @@ pub enum WorkflowError {
         label: &'static str,
         value: &'static str,
     },
-    /// The bundle's AWS documents do not read back (`iam/`, `interruption/`).
-    #[error("{0}")]
-    Bundle(String),
+    /// The bundle's AWS documents are missing or incomplete (`iam/`, `interruption/`).
+    #[error(transparent)]
+    Bundle(#[from] super::BundleDocumentError),
     /// No AWS configuration or credentials.
     #[error("aws: {0}")]
-    AwsUnavailable(String),
+    AwsUnavailable(#[source] crate::store::StoreError),
     /// An AWS step failed after the ones before it were made.
     #[error(
         "aws: step \"{step}\" failed: {error}\napplied: {}\nnot applied: {}\nre-running apply resumes: every step reads the account first and makes only the calls still missing",
@@ -108,19 +108,28 @@ pub enum WorkflowError {
     )]
     AwsStep {
         step: String,
-        error: String,
+        #[source]
+        error: super::aws::StepError,
         applied: Vec<String>,
         not_applied: Vec<String>,
     },
     /// A Helm release could not be installed, or its upgrade was refused.
     #[error(transparent)]
     Helm(#[from] super::helm::HelmError),
-    /// A cluster's apiserver could not be reached, or a call to it failed (`what`: the step).
-    #[error("{cluster}: {}{detail}", if .what.is_empty() { String::new() } else { format!("{}: ", .what) })]
+    /// A cluster's apiserver could not be reached, or a call to it failed (`what`: the step;
+    /// `then`: what re-running does, when the error itself does not say). The call's typed
+    /// error is the source: a kube refusal, an unreachable apiserver, a refused batch.
+    #[error(
+        "{cluster}: {}{source}{}",
+        if .what.is_empty() { String::new() } else { format!("{}: ", .what) },
+        if .then.is_empty() { String::new() } else { format!("\n{}", .then) }
+    )]
     Cluster {
         cluster: String,
         what: String,
-        detail: String,
+        #[source]
+        source: StepSource,
+        then: &'static str,
     },
     /// The apiserver refused objects; nothing of the batch was applied.
     #[error("{message}")]
@@ -139,13 +148,28 @@ pub enum WorkflowError {
     },
 }
 
+/// The typed error a step against a cluster met, kept whole as [`WorkflowError::Cluster`]'s
+/// source.
+pub type StepSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 impl WorkflowError {
     /// A failed call to `cluster` at step `what` (empty: the cluster's own error says it).
-    fn cluster(cluster: &str, what: &str, detail: impl std::fmt::Display) -> WorkflowError {
+    fn cluster(cluster: &str, what: &str, source: impl Into<StepSource>) -> WorkflowError {
+        WorkflowError::cluster_then(cluster, what, source, "")
+    }
+
+    /// As [`WorkflowError::cluster`], saying what re-running does.
+    fn cluster_then(
+        cluster: &str,
+        what: &str,
+        source: impl Into<StepSource>,
+        then: &'static str,
+    ) -> WorkflowError {
         WorkflowError::Cluster {
             cluster: cluster.to_owned(),
             what: what.to_owned(),
-            detail: detail.to_string(),
+            source: source.into(),
+            then,
         }
     }
 }
@@ -191,12 +215,11 @@ async fn aws_side(
         bundle,
         request.controller_role.clone(),
         request.rotator_role.clone(),
-    )
-    .map_err(WorkflowError::Bundle)?;
+    )?;
     desired.prune = request.prune;
     let sdk = crate::store::aws_config(Some(spec.spec.aws.region.clone()), None)
         .await
-        .map_err(|e| WorkflowError::AwsUnavailable(e.to_string()))?;
+        .map_err(WorkflowError::AwsUnavailable)?;
     let verb = if plan_only { "would call" } else { "called" };
     let mut on_write = |w: &super::aws::Step| progress(format!("aws: {verb} {w}"));
     let result = super::aws::reconcile(&sdk, &desired, plan_only, &mut on_write).await;
@@ -212,7 +235,7 @@ async fn aws_side(
             not_applied.extend(later.iter().cloned());
             Err(WorkflowError::AwsStep {
                 step: e.failed.to_string(),
-                error: e.error.to_string(),
+                error: e.error,
                 applied,
                 not_applied,
             })
@@ -375,14 +398,14 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
             if !moves.is_empty() {
                 start_moved(
                     &request,
+                    which,
                     &client,
                     &objects,
                     &moves,
                     &outcome,
                     &mut *progress,
                 )
-                .await
-                .map_err(|e| WorkflowError::cluster(which, "", e))?;
+                .await?;
             }
         }
         let mut result = kube::apply_all(&client, &objects, &options).await;
@@ -438,19 +461,17 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
         let cluster = spec.metadata.name.clone();
         for (which, access, objects) in &wanted {
             let client = client(which, access).await?;
-            let name = kube::inventory_name(&cluster, *which == MANAGEMENT);
             let mut report = |line: String| progress(format!("{which}: {line}"));
             inventory(
                 &request,
+                which,
                 &client,
-                &name,
                 &cluster,
                 objects,
                 &options,
                 &mut report,
             )
-            .await
-            .map_err(|e| WorkflowError::cluster(which, "", e))?;
+            .await?;
         }
     } else if request.prune && !options.dry_run {
         return Err(WorkflowError::PruneWithoutSpec);
@@ -487,17 +508,18 @@ async fn foreign_namespaces(
 /// leaves the old controllers running.
 async fn start_moved(
     request: &Request,
+    which: &str,
     client: &::kube::Client,
     objects: &Objects,
     moves: &[Move],
     outcome: &Outcome,
     progress: Progress<'_>,
-) -> Result<(), String> {
+) -> Result<(), WorkflowError> {
     let resume = "re-running apply resumes";
     progress(format!("handover: moving {}", handover::summary(moves)));
     handover::copy_secrets(client, moves, &mut *progress)
         .await
-        .map_err(|e| format!("handover: copy Secrets: {e}\n{resume}"))?;
+        .map_err(|e| WorkflowError::cluster_then(which, "handover: copy Secrets", e, resume))?;
     // The policies that constrain both accounts first, then the bindings that name both.
     let (policies, rest): (Objects, Objects) = handover::with_old_accounts(objects, moves)
         .into_iter()
@@ -509,9 +531,11 @@ async fn start_moved(
     kube::apply_all(client, &both, &request.options)
         .await
         .map_err(|e| {
-            format!(
-                "handover: {}\nthe controllers keep running where they are",
-                refused(e, "new cluster", &outcome.applied, false)
+            WorkflowError::cluster_then(
+                which,
+                "handover",
+                refused(e, "new cluster", &outcome.applied, false),
+                "the controllers keep running where they are",
             )
         })?;
     let timeout = request
@@ -519,10 +543,19 @@ async fn start_moved(
         .unwrap_or(handover::DEFAULT_TIMEOUT);
     handover::wait_available(client, moves, timeout, &mut *progress)
         .await
-        .map_err(|e| format!("handover: {e}\n{resume} once it runs"))?;
+        .map_err(|e| {
+            WorkflowError::cluster_then(
+                which,
+                "handover",
+                e,
+                "re-running apply resumes once it runs",
+            )
+        })?;
     handover::stop_old(client, moves, &mut *progress)
         .await
-        .map_err(|e| format!("handover: stop the old Deployments: {e}\n{resume}"))
+        .map_err(|e| {
+            WorkflowError::cluster_then(which, "handover: stop the old Deployments", e, resume)
+        })
 }
 
 /// When every refusal is a 404 for a namespace this apply creates (and a dry run does not),
@@ -598,29 +631,30 @@ fn refused(error: ApplyError, which: &str, applied: &[Applied], dry_run: bool) -
     }
 }
 
-/// The cluster's inventory (`name`) of what this spec's applies created there: `--prune` deletes
+/// The cluster's inventory of what this spec's applies created there: `--prune` deletes
 /// what is recorded and no longer in the bundle (NodePools only with `--prune-nodepools`);
 /// without it, new objects are added. Reports a line per pruned or kept object as it goes.
 async fn inventory(
     request: &Request,
+    which: &str,
     client: &::kube::Client,
-    name: &str,
     cluster: &str,
     objects: &Objects,
     options: &ApplyOptions,
     report: Progress<'_>,
-) -> Result<(), String> {
+) -> Result<(), WorkflowError> {
+    let name = &kube::inventory_name(cluster, which == MANAGEMENT);
     let keep = kube::inventory_lines(client, objects, options)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| WorkflowError::cluster(which, "", e))?;
     let recorded = kube::read_inventory(client, name)
         .await
-        .map_err(|e| format!("read the inventory: {e}"))?;
+        .map_err(|e| WorkflowError::cluster(which, "read the inventory", e))?;
     let mut next: BTreeSet<String> = recorded.union(&keep).cloned().collect();
     if request.prune {
         let candidates = kube::prune_candidates(client, &recorded, &keep)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| WorkflowError::cluster(which, "", e))?;
         next = keep.clone();
         for (object, resource, namespace, name) in candidates {
             if resource.kind == "NodePool" && !request.prune_nodepools {
@@ -637,11 +671,11 @@ async fn inventory(
             }
             kube::delete(client, &resource, namespace.as_deref(), &name)
                 .await
-                .map_err(|e| format!("delete {object}: {e}"))?;
+                .map_err(|e| WorkflowError::cluster(which, &format!("delete {object}"), e))?;
             report(format!("{object} pruned"));
         }
     }
     kube::write_inventory(client, name, cluster, &next, options)
         .await
-        .map_err(|e| format!("record the inventory: {e}"))
+        .map_err(|e| WorkflowError::cluster(which, "record the inventory", e))
 }

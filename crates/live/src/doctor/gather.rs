@@ -28,9 +28,11 @@ pub use crate::node_network::{Ingress, SecurityGroup};
 /// [`ReadError`], whose text is this one, and the checks that need the value are skipped.
 #[derive(Debug, thiserror::Error)]
 pub enum GatherError {
-    #[error(transparent)]
+    // The call error is the source, not hidden: the CLI reads refusal vs outage from it.
+    #[error("{0}")]
     Kube(#[from] crate::kube_error::KubeCallError),
-    #[error(transparent)]
+    // The call error is the source, not hidden: the CLI reads refusal vs outage from it.
+    #[error("{0}")]
     Aws(#[from] AwsCallError),
     #[error("{call}: no {thing}")]
     Missing { call: String, thing: String },

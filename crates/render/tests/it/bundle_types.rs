@@ -84,6 +84,35 @@ fn a_file_that_does_not_parse_or_mixes_kinds_is_an_error_not_skipped() {
     )]);
     let e = Bundle::from_files(mixed).unwrap_err();
     assert_eq!(e.path, "gpu/mixed.yaml");
+
+    let json = BTreeMap::from([(
+        "iam/controller-policy.json".to_owned(),
+        "{\n  \"Version\": \"2012-10-17\",\n  \"Statement\": [\n}\n".to_owned(),
+    )]);
+    let e = Bundle::from_files(json).unwrap_err();
+    assert_eq!(e.path, "iam/controller-policy.json:4:1", "{e}");
+    assert!(!e.message.contains(" at line "), "{e}");
+}
+
+/// apply reads the IAM and interruption documents as the values render wrote them; a bundle
+/// read back from files parses each JSON file once, to the same values.
+#[test]
+fn json_documents_are_kept_as_values() {
+    let rendered = example();
+    let json: Vec<&String> = rendered
+        .files
+        .keys()
+        .filter(|p| p.ends_with(".json"))
+        .collect();
+    assert!(json.iter().any(|p| p.as_str() == "iam/node-role.json"));
+    let read = Bundle::from_files(rendered.files.clone()).unwrap();
+    for path in json {
+        let value = rendered.json(path).unwrap_or_else(|| panic!("{path}"));
+        let parsed: serde_json::Value = serde_json::from_str(&rendered.files[path]).unwrap();
+        assert_eq!(value, &parsed, "{path}");
+        assert_eq!(read.json(path), Some(value), "{path}");
+    }
+    assert_eq!(rendered.json("ORDER.md"), None);
 }
 
 /// Render says which cluster each file goes to: Kubean's objects to the management cluster,
