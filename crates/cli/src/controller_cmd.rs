@@ -92,11 +92,45 @@ pub struct ControllerArgs {
     /// Log format on standard error.
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
     log_format: String,
+    #[command(flatten)]
+    health: HealthAgentArgs,
+}
+
+/// The node health agent's flags (the rendered `kubean-karpenter-health-agent` DaemonSet).
+#[derive(clap::Args, Debug)]
+struct HealthAgentArgs {
+    /// Run as the node health agent: read this node's kernel log and write the node
+    /// conditions Karpenter's node repair reads (docs/guide/gpus-and-training.md). No store,
+    /// no tokens, no leader.
+    #[arg(long, conflicts_with = "csr_approver_only")]
+    health_agent: bool,
+    /// The Node the agent runs on.
+    #[arg(long, env = "NODE_NAME", requires = "health_agent")]
+    node: Option<String>,
+    /// The kernel log: /dev/kmsg, or a file of kernel messages (one per line).
+    #[arg(long, default_value = "/dev/kmsg", requires = "health_agent")]
+    kernel_log: std::path::PathBuf,
+    /// What to watch: gpu (NVIDIA XIDs), kernel (a read-only or shut-down filesystem), or both.
+    #[arg(long, value_delimiter = ',', value_parser = ["gpu", "kernel"], default_value = "gpu", requires = "health_agent")]
+    watch: Vec<String>,
+    /// Where this boot's ID is read (a condition written False in this boot survives a restart).
+    #[arg(
+        long,
+        default_value = "/proc/sys/kernel/random/boot_id",
+        requires = "health_agent"
+    )]
+    boot_id_file: std::path::PathBuf,
+    /// How often the kernel log is looked at again when idle.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, requires = "health_agent")]
+    poll: Duration,
 }
 
 pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
     if args.csr_approver_only {
         return approver_only(args);
+    }
+    if args.health.health_agent {
+        return health_agent(args);
     }
     let target = resolve_target(&args.store, true)?.ok_or_else(|| {
         Failure::msg(
@@ -176,6 +210,42 @@ fn approver_only(args: ControllerArgs) -> Result<ExitCode, Failure> {
             eprintln!("serving /metrics, /healthz and /readyz on {bound}");
         }
         controller.run(kk_live::controller::shutdown_signal()).await;
+        Ok::<_, Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--health-agent`: one node's health conditions, under the agent's own service account.
+fn health_agent(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    use kk_live::controller::health_agent::{HealthAgent, HealthAgentConfig, boot_id};
+    let health = &args.health;
+    let node = health
+        .node
+        .clone()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Failure::msg("--health-agent needs --node (or $NODE_NAME)".into()))?;
+    let config = HealthAgentConfig {
+        node,
+        kernel_log: health.kernel_log.clone(),
+        watch: kk_live::controller::health_agent::Watch {
+            gpu: health.watch.iter().any(|w| w == "gpu"),
+            kernel: health.watch.iter().any(|w| w == "kernel"),
+        },
+        boot_id: boot_id(&health.boot_id_file)?,
+        poll: health.poll,
+    };
+    let metrics_addr = metrics_addr(&args)?;
+    kk_live::controller::init_logging(args.log_format == "json");
+    runtime()?.block_on(async {
+        let connected =
+            kk_live::client::connect(&args.kube.options(), kk_live::client::Timeouts::Controller)
+                .await?;
+        let mut agent = HealthAgent::new(connected.config, config)?;
+        if let Some(addr) = metrics_addr {
+            let bound = agent.bind(addr).await?;
+            eprintln!("serving /metrics and /healthz on {bound}");
+        }
+        agent.run(kk_live::controller::shutdown_signal()).await?;
         Ok::<_, Failure>(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -95,6 +95,10 @@ pub struct Facts {
     pub controller_role: Option<String>,
     /// How long a NodeClaim, Node or pod may sit in an intermediate state before it fails.
     pub grace: Duration,
+    /// Whether Karpenter's node repair is on (`kk_spec::ClusterSpec::node_repair`), and
+    /// whether it reboots for the faults a reboot clears (`rebootForRepair`).
+    pub node_repair: bool,
+    pub reboot_for_repair: bool,
     /// The interruption queue and rules the spec asks for; `None` when it has no queue.
     pub interruption: Option<InterruptionFacts>,
     /// Whether a pool allows spot or reserved capacity (a queue is then expected).
@@ -190,6 +194,8 @@ impl Facts {
             rendered_controller_policy: None,
             controller_role: None,
             grace: Duration::from_secs(120),
+            node_repair: spec.node_repair(),
+            reboot_for_repair: spec.karpenter.feature_gates.get("rebootForRepair") == Some(&true),
             interruption: InterruptionFacts::from_spec(cluster),
             reclaimable: kk_spec::interruption::reclaimable(spec),
             vpc_id: spec.aws.vpc_id.clone(),

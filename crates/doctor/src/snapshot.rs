@@ -141,3 +141,37 @@ pub struct RuleState {
     /// The ARNs it sends to.
     pub targets: Vec<String>,
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A snapshot of an empty cluster with no AWS configuration, for the checks' tests.
+    pub(crate) fn empty() -> Snapshot {
+        Snapshot {
+            now: "2026-12-07T00:00:00Z".parse().unwrap(),
+            server_version: Ok("v1.36.3".into()),
+            nodes: Ok(vec![]),
+            pods: Ok(vec![]),
+            deployments: Ok(vec![]),
+            daemonsets: Ok(vec![]),
+            pdbs: Ok(vec![]),
+            warning_events: Ok(vec![]),
+            nodeclaims: Ok(vec![]),
+            nodepools: Ok(vec![]),
+            nodeclasses: Ok(vec![]),
+            cluster_info: Ok(None),
+            ccm_config: Ok(None),
+            cluster_ca_hash: Ok(String::new()),
+            join_token: None,
+            rbac: Ok(Rbac::default()),
+            store: None,
+            instances: None,
+            control_plane_sg: None,
+            node_sgs: None,
+            controller_policies: None,
+            interruption: None,
+            vpc_endpoints: None,
+        }
+    }
+}

@@ -5,7 +5,9 @@
 //! treats specially ([`labels`]: well-known labels, deprecated aliases, restricted domains),
 //! NodePool durations ([`duration`]: Go's syntax, and the narrower form the CRD admits), the
 //! checks on default topology spread constraints ([`default_spread`]), and
-//! what drift covers ([`drift`]: the reasons, the fields Karpenter's static-drift hashes cover).
+//! what drift covers ([`drift`]: the reasons, the fields Karpenter's static-drift hashes cover),
+//! and node repair ([`repair`]: the conditions it acts on, tolerations, reboot or replace, the
+//! 20 % breaker).
 //!
 //! It owns the *rules*, not the inputs: it must not read files, parse manifests, know about
 //! NodePool objects or format diagnostics, and it depends on nothing. `kk-sim` (checked against
@@ -19,6 +21,7 @@ pub mod drift;
 pub mod duration;
 pub mod error;
 pub mod labels;
+pub mod repair;
 pub mod req;
 pub mod taint;
 

@@ -55,6 +55,7 @@
 //! | KK043 | nodepool  | zero-budget-always-active                                          |
 //! | KK044 | nodeclass | empty-selector-term                                                |
 //! | KK045 | values    | scheduler-defaults-mismatch                                        |
+//! | KK046 | gpu       | gpu-pool-unmonitored                                               |
 
 use crate::rule::Rule;
 use crate::rules;
@@ -107,6 +108,7 @@ pub static RULES: &[&dyn Rule] = &[
     &rules::nodepool::zero_budget_always_active::ZeroBudgetAlwaysActive,
     &rules::nodeclass::empty_selector_term::EmptySelectorTerm,
     &rules::values::scheduler_defaults_mismatch::SchedulerDefaultsMismatch,
+    &rules::gpu::gpu_pool_unmonitored::GpuPoolUnmonitored,
 ];
 
 /// A rule by code (`KK007`, `kk007`) or name (`ami-alias-latest`).

@@ -47,7 +47,7 @@ impl Network {
     }
 }
 /// `dist/image` builds linux/amd64 only: an arm64 node would pull it and fail with `exec format error`.
-const IMAGE_ARCH: &str = "amd64";
+pub(crate) const IMAGE_ARCH: &str = "amd64";
 
 /// The labels on every object of the controller called `name`.
 pub(crate) fn labels(name: &str) -> Value {

@@ -176,6 +176,17 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
             None,
         ),
     ];
+    // Karpenter 1.15's reboot-for-repair reboots a node in place (same tags as deletion).
+    if cluster.spec.karpenter.feature_gates.get("rebootForRepair") == Some(&true) {
+        statements.push(statement(
+            "AllowScopedReboot",
+            &["ec2:RebootInstances"],
+            json!(ec2("instance/*")),
+            Some(
+                json!({ "StringEquals": { &owned: "owned" }, "StringLike": { "aws:ResourceTag/karpenter.sh/nodepool": "*" } }),
+            ),
+        ));
+    }
     if !cluster.spec.karpenter.isolated_vpc {
         statements.push(statement(
             "AllowPricingReadActions",

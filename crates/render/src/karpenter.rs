@@ -62,6 +62,11 @@ pub fn values(cluster: &ElasticCluster, ca: &ClusterCa) -> Value {
             values["settings"][map][name.as_str()] = json!(on);
         }
     }
+    // Node repair follows the health agent unless the spec names the gate: the agent's
+    // conditions are what repair acts on.
+    if spec.node_repair() && !k.feature_gates.contains_key("nodeRepair") {
+        values["settings"]["featureGates"]["nodeRepair"] = json!(true);
+    }
     if crate::controller_workload::Network::for_aws_caller(spec)
         == crate::controller_workload::Network::Host
     {

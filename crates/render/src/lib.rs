@@ -16,7 +16,8 @@ pub mod dashboard;
 mod efa;
 pub mod gpu;
 pub mod gpu_operator;
-pub mod helm;
+pub mod health;
+mod helm;
 mod iam;
 pub mod interruption;
 mod join_rbac;
@@ -298,6 +299,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     rotator::render(cluster, &ca, &mut bundle)?;
     join_rbac::render(cluster, &mut bundle)?;
     csr_approver::render(cluster, &mut bundle)?;
+    health::render(cluster, &mut bundle)?;
     monitoring::render(cluster, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)

@@ -210,6 +210,30 @@ pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             ),
         ));
     }
+    if spec.runs_health_agent() {
+        rules.push(alert(
+            "KubeanKarpenterNodeUnhealthy",
+            "min by (node, nodepool, condition, reason) (kubean_karpenter_node_health_condition) == 0".to_owned(),
+            "0m",
+            "warning",
+            "Node {{ $labels.node }} of pool {{ $labels.nodepool }}: {{ $labels.condition }} is False ({{ $labels.reason }}); Karpenter repairs it once the condition has lasted its toleration (10 minutes for a fatal XID)",
+            runbook(
+                "node-health",
+                "It says when Karpenter acts, or why it will not; the Node's Warning Events quote the kernel log line (docs/guide/gpus-and-training.md, sick GPU nodes).",
+            ),
+        ));
+        rules.push(alert(
+            "KubeanKarpenterNodeRepairBlocked",
+            "count by (nodepool) (min by (nodepool, node) (kubean_karpenter_node_health_condition) == 0) > on (nodepool) ceil(0.2 * count by (nodepool) (min by (nodepool, node) (kubean_karpenter_node_health_condition)))".to_owned(),
+            "5m",
+            "critical",
+            "More than 20 % of pool {{ $labels.nodepool }}'s nodes are unhealthy: Karpenter's breaker stops repairing any of them",
+            runbook(
+                "node-health",
+                "Something sick across the pool (an AMI, a driver, a network fault): find it, then replace the nodes by hand (kubectl delete nodeclaim).",
+            ),
+        ));
+    }
     json!([{ "name": NAME, "rules": rules }])
 }
 
@@ -222,24 +246,32 @@ fn rule(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
     })
 }
 
-/// Scrapes the rotator's and the approver's `/metrics` (their container port `http`), each in
-/// its own namespace (a PodMonitor otherwise looks only in its own), and in Karpenter's, where
+/// Scrapes the rotator's, the approver's and the health agents' `/metrics` (their container
+/// port `http`), each in its own namespace (a PodMonitor otherwise looks only in its own), and in Karpenter's, where
 /// earlier installs ran them until `apply` moves them.
 fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
+    let mut namespaces = vec![
+        crate::names::controller_namespace(csr_approver::NAME).to_owned(),
+        crate::names::controller_namespace(rotator::NAME).to_owned(),
+        cluster.spec.karpenter.namespace.clone(),
+    ];
+    let mut names: Vec<String> = vec![csr_approver::NAME.into(), rotator::NAME.into()];
+    let health = crate::health::daemonset_names(cluster);
+    if !health.is_empty() {
+        namespaces
+            .push(crate::names::controller_namespace(kk_spec::names::HEALTH_AGENT).to_owned());
+        names.extend(health);
+    }
     json!({
         "apiVersion": API_VERSION,
         "kind": "PodMonitor",
         "metadata": metadata(cluster, monitoring),
         "spec": {
-            "namespaceSelector": { "matchNames": [
-                crate::names::controller_namespace(csr_approver::NAME),
-                crate::names::controller_namespace(rotator::NAME),
-                cluster.spec.karpenter.namespace,
-            ] },
+            "namespaceSelector": { "matchNames": namespaces },
             "selector": { "matchExpressions": [{
                 "key": "app.kubernetes.io/name",
                 "operator": "In",
-                "values": [csr_approver::NAME, rotator::NAME],
+                "values": names,
             }] },
             "podMetricsEndpoints": [{ "port": "http", "path": "/metrics" }],
         },
@@ -251,7 +283,9 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         return Ok(());
     };
     bundle.add_yaml("monitoring/rules.yaml", &[rule(cluster, monitoring)])?;
-    if cluster.spec.join.mode.runs_controller() {
+    if cluster.spec.join.mode.runs_controller()
+        || !crate::health::daemonset_names(cluster).is_empty()
+    {
         bundle.add_yaml(
             "monitoring/controllers.yaml",
             &[pod_monitor(cluster, monitoring)],

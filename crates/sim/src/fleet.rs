@@ -73,9 +73,12 @@ pub struct NodeRow {
     pub gpu: Use,
     /// Non-DaemonSet pods bound to it and not finished.
     pub pods: usize,
-    /// `initialized`, `registered`, `not-ready`, `drifted`, `disrupting`,
+    /// `initialized`, `registered`, `not-ready`, `unhealthy`, `drifted`, `disrupting`,
     /// `do-not-disrupt`, or `unmanaged` for a node no NodePool owns.
     pub state: String,
+    /// The conditions node repair acts on (`AcceleratedHardwareReady=False NvidiaXID79Error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
 }
 
 impl NodeRow {
@@ -250,6 +253,7 @@ impl Fleet {
             let state_word = match info {
                 _ if node_pool.is_none() => "unmanaged",
                 Some(i) if i.deleting => "disrupting",
+                Some(i) if !i.unhealthy.is_empty() => "unhealthy",
                 Some(i) if i.do_not_disrupt => "do-not-disrupt",
                 Some(i) if i.drifted_at.is_some() => "drifted",
                 Some(i) if !i.ready => "not-ready",
@@ -270,6 +274,13 @@ impl Fleet {
                 gpu,
                 pods: pod_counts.get(node.name.as_str()).copied().unwrap_or(0),
                 state: state_word.to_owned(),
+                health: info.filter(|i| !i.unhealthy.is_empty()).map(|i| {
+                    i.unhealthy
+                        .iter()
+                        .map(|u| format!("{}={} {}", u.condition, u.status, u.reason))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                }),
                 name: node.name.clone(),
                 node_pool,
                 instance_type,
@@ -400,6 +411,7 @@ impl Fleet {
                 gpu,
                 pods: c.pods.len(),
                 state: "planned".into(),
+                health: None,
             });
         }
         let mut pools = Vec::new();

@@ -32,6 +32,8 @@ pub const INFRA_ROLE_LABEL: &str = "node-role.kubernetes.io/infra";
 /// controller's) mounts neither account (finding 8 of issue 47).
 pub const ROTATOR: &str = "kubean-karpenter-rotator";
 pub const CSR_APPROVER: &str = "kubean-karpenter-csr-approver";
+/// The node health agent: its namespace, service account and admission policy.
+pub const HEALTH_AGENT: &str = "kubean-karpenter-health-agent";
 
 /// Where the controllers' Leases, the Roles that renew them (the rotator's holds its Secret
 /// rights too) and their RoleBindings live, named like the controller: kube-system, so that a

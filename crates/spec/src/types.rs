@@ -693,6 +693,67 @@ pub struct Pool {
     /// (quota = its limits) and a LocalQueue in each namespace listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<PoolQueue>,
+    /// The node health agent on this pool's nodes: which faults it turns into the node
+    /// conditions Karpenter's node repair acts on. Default: GPU faults (NVIDIA XIDs) on GPU
+    /// pools when `controller` names our image (the agent's), nothing elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<PoolHealth>,
+}
+
+/// `health` on a pool: what the node health agent watches there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolHealth {
+    /// NVIDIA XIDs (`AcceleratedHardwareReady`); default: on for a GPU pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<bool>,
+    /// A read-only or shut-down filesystem (`StorageReady`); default: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<bool>,
+}
+
+/// What the health agent watches on a pool's nodes, defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HealthWatch {
+    pub gpu: bool,
+    pub kernel: bool,
+}
+
+impl HealthWatch {
+    /// Whether the agent runs on the pool's nodes at all.
+    pub fn any(self) -> bool {
+        self.gpu || self.kernel
+    }
+}
+
+impl ClusterSpec {
+    /// What the node health agent watches on `pool`'s nodes: as its `health` says; where it
+    /// says nothing, GPU faults on a GPU pool when the spec names our controller's image (the
+    /// agent's), else nothing.
+    pub fn health_watch(&self, pool: &Pool) -> HealthWatch {
+        let h = pool.health.unwrap_or_default();
+        HealthWatch {
+            gpu: h
+                .gpu
+                .unwrap_or(pool.pool_type == PoolType::Gpu && self.controller.is_some()),
+            kernel: h.kernel.unwrap_or(false),
+        }
+    }
+
+    /// Whether any pool runs the node health agent.
+    pub fn runs_health_agent(&self) -> bool {
+        self.pools.iter().any(|p| self.health_watch(p).any())
+    }
+
+    /// Whether Karpenter's node repair is on: as `karpenter.featureGates.nodeRepair` says, or,
+    /// where it says nothing, on exactly when a pool runs the health agent.
+    pub fn node_repair(&self) -> bool {
+        self.karpenter
+            .feature_gates
+            .get("nodeRepair")
+            .copied()
+            .unwrap_or_else(|| self.runs_health_agent())
+    }
 }
 
 /// `queue` on a GPU pool.

@@ -99,6 +99,7 @@ pub(super) fn run(args: &PlanArgs) -> Result<ExitCode, Failure> {
         first_pass_candidates: false,
         watch: Some(watch(budget)),
         reclaim,
+        reboot_for_repair: args.reboot_for_repair,
     };
     let mut report = disrupt::run(&state, &options).map_err(Failure::from)?;
     report.drift = drift;

@@ -80,6 +80,10 @@ pub struct PlanArgs {
     /// With --disrupt: Karpenter's SpotToSpotConsolidation feature gate (off by default).
     #[arg(long, requires = "disrupt")]
     spot_to_spot: bool,
+    /// With --disrupt: Karpenter's rebootForRepair AWS feature gate: a node repair for a
+    /// reboot-class GPU fault reboots the node instead of replacing it (off by default).
+    #[arg(long, requires = "disrupt")]
+    reboot_for_repair: bool,
     /// With --disrupt: each consolidation method's wall-clock limit per pass (30s, 1m), like
     /// Karpenter's own (multi-node consolidation 1m, single-node 3m). Past it, multi-node
     /// keeps the best command found so far, single-node gives up the pass, and the output's

@@ -85,7 +85,7 @@ fn state_tone(state: &str) -> Tone {
     match state {
         "initialized" => Tone::Good,
         "drifted" | "disrupting" | "do-not-disrupt" => Tone::Warn,
-        "not-ready" => Tone::Bad,
+        "not-ready" | "unhealthy" => Tone::Bad,
         _ => Tone::Dim,
     }
 }

@@ -46,14 +46,19 @@ fn spot_pools_with_the_interruption_queue_off_validate_with_a_located_warning() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "a warning is not an error: {stderr}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("is valid (2 pools, 1 warning)"),
+        String::from_utf8_lossy(&out.stdout).contains("is valid (2 pools, 2 warnings)"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(
         stderr.contains(
-            "seed000-static.yaml:67:24: spec.karpenter.interruptionQueue: a pool allows spot"
+            "seed000-static.yaml:68:24: spec.karpenter.interruptionQueue: a pool allows spot"
         ) && stderr.contains("remove the field (the queue is then named after the cluster)"),
+        "{stderr}"
+    );
+    // The other warning: no spec.controller, so no health agent watches the GPU pool.
+    assert!(
+        stderr.contains("nothing watches pool workload-gpu-l4's GPUs"),
         "{stderr}"
     );
     // The example allows spot and names no queue: it gets one, and no warning.

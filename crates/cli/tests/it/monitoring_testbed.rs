@@ -271,7 +271,8 @@ fn the_karpenter_chart_turns_the_specs_feature_gates_into_the_controllers_env() 
     for want in [
         "SpotToSpotConsolidation=true",
         "ReservedCapacity=false",
-        "NodeRepair=false",
+        // Not named in the spec: on, because the example's GPU pools run the health agent.
+        "NodeRepair=true",
         "StaticCapacity=false",
         "NodeOverlay=true",
     ] {

@@ -16,6 +16,7 @@ mod lab_iam;
 mod lab_interruption;
 mod lab_join_storm;
 mod lab_leader_killed;
+mod lab_node_repair;
 mod lab_orphans;
 mod lab_reservations;
 mod lab_top;

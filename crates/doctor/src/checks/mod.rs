@@ -25,6 +25,7 @@ mod join;
 mod karpenter;
 mod nodes;
 mod placement;
+mod repair;
 
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const POOL_LABEL: &str = "karpenter.sh/nodepool";
@@ -52,6 +53,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         gpu::gpu_advertised(s, f),
         gpu::device_plugin(s, f),
         gpu::device_plugin_for_pools(s, f),
+        repair::node_health(s, f),
         day_two::ami_pinned(s),
         drift::drift_progress(s),
         join::join_store(s, f),

@@ -4,6 +4,9 @@
 //! - [`csr_approver`]: approves node CSRs only for instances a NodeClaim names;
 //! - [`orphan_sweep`]: deletes Nodes whose instance no NodeClaim owns.
 //!
+//! [`health_agent`] is the binary's other in-cluster role: one per node of a pool with
+//! `health` on, no leader, writing its own Node's health conditions.
+//!
 //! Module dependencies point one way: `metrics` reads `leader`'s state and the approver's
 //! decisions; `leader` reports through [`leader::LeaseObserver`] and knows nothing above it.
 //!
@@ -18,6 +21,7 @@
 //! bounds what an unauthenticated client can hold.
 
 pub mod csr_approver;
+pub mod health_agent;
 mod leader;
 pub mod listener;
 mod metrics;

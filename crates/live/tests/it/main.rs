@@ -6,6 +6,7 @@
 mod common;
 mod controller_namespaces;
 mod csr_approver;
+mod health_agent;
 mod join_tokens;
 mod listener_flood;
 mod node_identity;

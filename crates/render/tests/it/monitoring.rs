@@ -124,11 +124,44 @@ fn cases(groups: &Value) -> Vec<Value> {
     let limit = "KubeanKarpenterPoolAtLimitWithPendingPods";
     let denials = "KubeanKarpenterNodeCsrDenialsSpiking";
     let forged = "KubeanKarpenterNodeCsrForged";
+    let unhealthy = "KubeanKarpenterNodeUnhealthy";
+    let blocked = "KubeanKarpenterNodeRepairBlocked";
+    let health = "kubean_karpenter_node_health_condition";
     let status = "operator_nodeclaim_status_condition_current_status_seconds";
     let bucket = "karpenter_interruption_message_queue_duration_seconds_bucket";
     let decisions = "kubean_karpenter_csr_decisions_total";
     let denied = "kubean_karpenter_csr_denied_total";
     vec![
+        json!({
+            "interval": "1m",
+            "input_series": [
+                // Pool shared-a10g, five nodes: one GPU falls off the bus at minute 5, a second
+                // at minute 10 (2 of 5 is over the 20 % breaker). Pool graviton: one node of
+                // five sick (within the breaker).
+                series(&format!("{health}{{node=\"a\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaGPUIsReady\"}}"), "1x4 _x25"),
+                series(&format!("{health}{{node=\"a\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaXID79Error\"}}"), "_x4 0x25"),
+                series(&format!("{health}{{node=\"b\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaGPUIsReady\"}}"), "1x9 _x20"),
+                series(&format!("{health}{{node=\"b\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaXID48Error\"}}"), "_x9 0x20"),
+                series(&format!("{health}{{node=\"c\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaGPUIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"d\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaGPUIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"e\",nodepool=\"shared-a10g\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaGPUIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"v\",nodepool=\"graviton\",condition=\"StorageReady\",reason=\"ReadonlyFilesystem\"}}"), "0x30"),
+                series(&format!("{health}{{node=\"w\",nodepool=\"graviton\",condition=\"StorageReady\",reason=\"StorageIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"x\",nodepool=\"graviton\",condition=\"StorageReady\",reason=\"StorageIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"y\",nodepool=\"graviton\",condition=\"StorageReady\",reason=\"StorageIsReady\"}}"), "1x30"),
+                series(&format!("{health}{{node=\"z\",nodepool=\"graviton\",condition=\"StorageReady\",reason=\"StorageIsReady\"}}"), "1x30"),
+            ],
+            "alert_rule_test": [
+                check(unhealthy, "2m", vec![firing(groups, unhealthy, json!({ "node": "v", "nodepool": "graviton", "condition": "StorageReady", "reason": "ReadonlyFilesystem" }))]),
+                check(unhealthy, "6m", vec![
+                    firing(groups, unhealthy, json!({ "node": "a", "nodepool": "shared-a10g", "condition": "AcceleratedHardwareReady", "reason": "NvidiaXID79Error" })),
+                    firing(groups, unhealthy, json!({ "node": "v", "nodepool": "graviton", "condition": "StorageReady", "reason": "ReadonlyFilesystem" })),
+                ]),
+                check(blocked, "9m", vec![]),
+                check(blocked, "13m", vec![]),
+                check(blocked, "20m", vec![firing(groups, blocked, json!({ "nodepool": "shared-a10g" }))]),
+            ],
+        }),
         json!({
             "interval": "1m",
             "input_series": [
@@ -243,7 +276,7 @@ fn write_tests(dir: &Path, groups: &Value) {
 fn every_alert_is_valid_promql_and_has_a_runbook_naming_a_doctor_check() {
     let groups = groups(&cluster());
     let rules = groups[0]["rules"].as_array().unwrap();
-    assert_eq!(rules.len(), 7, "every alert applies to this fixture");
+    assert_eq!(rules.len(), 9, "every alert applies to this fixture");
     for rule in rules {
         let runbook = rule["annotations"]["runbook"].as_str().unwrap();
         assert!(
@@ -258,7 +291,7 @@ fn every_alert_is_valid_promql_and_has_a_runbook_naming_a_doctor_check() {
     write_rules(dir.path(), &groups);
     let (ok, out) = promtool(dir.path(), &["check", "rules", "rules.yaml"]);
     assert!(ok, "{out}");
-    assert!(out.contains("SUCCESS: 7 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
 }
 
 #[test]

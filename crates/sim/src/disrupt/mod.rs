@@ -14,6 +14,7 @@ pub mod clock;
 pub mod drift;
 mod engine;
 pub mod reclaim;
+pub mod repair;
 pub mod report;
 pub mod scenario;
 pub mod state;
@@ -116,6 +117,7 @@ fn run_with(state: &ClusterState, opts: &Options, rebuild: bool) -> Result<Repor
             unavailable_offerings: r.offerings(&state.input.catalog).len(),
         }),
         drift: None,
+        repairs: repair::repairs(state, opts.now, opts.reboot_for_repair),
         warnings,
     })
 }

@@ -137,6 +137,9 @@ pub struct Report {
     /// With a change not applied yet: the nodes it drifts, and in which order they go.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift: Option<super::drift::DriftOut>,
+    /// Nodes node repair acts on (reported, not simulated: see `disrupt::repair`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repairs: Vec<super::repair::RepairOut>,
     pub warnings: Vec<String>,
 }
 
@@ -248,6 +251,42 @@ impl Report {
                             repl.get(i).map_or("", String::as_str)
                         );
                     }
+                }
+            }
+        }
+        if !self.repairs.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nNode repair (with Karpenter's nodeRepair on; reported, not simulated: a repair launches a replacement first, then drains for at most its policy's bound):"
+            );
+            let _ = writeln!(
+                out,
+                "{:<32} {:<18} {:<40} {:<8} {:<22} EVICTS",
+                "NODE", "NODEPOOL", "CONDITION", "ACTION", "DUE"
+            );
+            for r in &self.repairs {
+                let due = match (&r.blocked, &r.due) {
+                    (Some(_), _) => "blocked".to_owned(),
+                    (None, Some(d)) if r.due_now => format!("now ({d})"),
+                    (None, Some(d)) => d.clone(),
+                    (None, None) => "-".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{:<32} {:<18} {:<40} {:<8} {:<22} {}",
+                    r.node,
+                    r.node_pool.as_deref().unwrap_or("-"),
+                    format!("{}={} {}", r.condition, r.status, r.reason),
+                    r.action,
+                    due,
+                    if r.evicts.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        r.evicts.join(", ")
+                    }
+                );
+                if let Some(why) = &r.blocked {
+                    let _ = writeln!(out, "  blocked: {why}");
                 }
             }
         }

@@ -108,6 +108,7 @@ pub fn read(v: &Value) -> Result<(ClusterState, Options), ScenarioError> {
         first_pass_candidates: true,
         watch: None,
         reclaim: None,
+        reboot_for_repair: false,
     };
     Ok((state, opts))
 }

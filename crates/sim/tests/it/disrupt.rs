@@ -39,6 +39,7 @@ pub(crate) fn whole_run(now: i64) -> Options {
         first_pass_candidates: false,
         watch: None,
         reclaim: None,
+        reboot_for_repair: false,
     }
 }
 
@@ -426,4 +427,71 @@ fn a_moved_pod_lands_on_the_node_the_scheduler_chose_when_an_uninitialized_node_
             .all(|m| m.node != "a-joining"),
         "{first:#?}"
     );
+}
+
+/// A sick GPU node (`AcceleratedHardwareReady=False`, a fatal XID) is reported with the time
+/// Karpenter's node repair replaces it and the pods it evicts; with a second sick node in the
+/// same pool of three, the 20 % breaker blocks both.
+#[test]
+fn node_repair_is_reported_due_after_its_toleration_unless_the_breaker_holds() {
+    let sick = |docs: &mut Vec<Value>, node: &str, reason: &str, since: &str| {
+        let n = named(docs, "Node", node);
+        let conditions = n["status"]["conditions"].as_array_mut().unwrap();
+        conditions.push(json!({
+            "type": "AcceleratedHardwareReady", "status": "False", "reason": reason,
+            "lastTransitionTime": since,
+        }));
+    };
+    let mut d = docs();
+    let start = clock::format_time(
+        disrupt::load(
+            &[SourceFile::new("cluster.yaml", text(&d))],
+            &LoadOptions::default(),
+            None,
+        )
+        .unwrap()
+        .latest
+        .unwrap(),
+    );
+    sick(&mut d, "gpu-a", "NvidiaXID79Error", &start);
+    let early = run_at(&d, "5m", false);
+    let repair = early
+        .repairs
+        .iter()
+        .find(|r| r.node == "gpu-a")
+        .expect("gpu-a reported");
+    assert_eq!(
+        (
+            repair.action.as_str(),
+            repair.due_now,
+            repair.blocked.as_deref()
+        ),
+        ("replace", false, None)
+    );
+    // gpu-a runs only its DaemonSet pod, which a drain leaves.
+    assert!(repair.evicts.is_empty(), "{repair:?}");
+    let due = run_at(&d, "11m", false);
+    assert!(
+        due.repairs.iter().any(|r| r.node == "gpu-a" && r.due_now),
+        "{:?}",
+        due.repairs
+    );
+    assert!(
+        due.render_table().contains("Node repair"),
+        "{}",
+        due.render_table()
+    );
+
+    sick(&mut d, "gpu-b", "NvidiaXID48Error", &start);
+    let blocked = run_at(&d, "11m", false);
+    assert_eq!(blocked.repairs.len(), 2);
+    for r in &blocked.repairs {
+        assert!(!r.due_now, "{r:?}");
+        assert!(
+            r.blocked
+                .as_deref()
+                .is_some_and(|b| b.contains("2 of 3 nodes unhealthy")),
+            "{r:?}"
+        );
+    }
 }

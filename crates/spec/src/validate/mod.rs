@@ -4,7 +4,7 @@
 //! apply time, a node that never joins, or a pool Karpenter can never launch.
 //!
 //! One file per spec section (`version.rs`, `control_plane.rs`, `kubean.rs`, `aws.rs`,
-//! `karpenter.rs`, `join.rs`, `gpu.rs`, `monitoring.rs`, `pools.rs`, `node_class.rs`, `reservations.rs`); the patterns and lists they share and
+//! `karpenter.rs`, `join.rs`, `gpu.rs`, `health.rs`, `monitoring.rs`, `pools.rs`, `node_class.rs`, `reservations.rs`); the patterns and lists they share and
 //! the entry point [`validate`] are here.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +21,7 @@ mod aws;
 mod control_plane;
 mod controller;
 mod gpu;
+mod health;
 mod images;
 mod interruption;
 mod join;
@@ -146,6 +147,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
     crate::iam::authenticator(&mut p, &at, cluster);
     controller::validate(&mut p, &at, spec);
     gpu_stack(&mut p, &at, spec);
+    health::health(&mut p, &at, spec);
     scheduler::scheduler(&mut p, &at, spec);
     monitoring::monitoring(&mut p, &at, spec);
     images::images(&mut p, &at, spec);
@@ -179,6 +181,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
 pub fn warnings(cluster: &ElasticCluster) -> Problems {
     let mut p = staleness::warnings(cluster);
     interruption::warnings(&mut p, &FieldPath::root().key("spec"), &cluster.spec);
+    health::warnings(&mut p, &FieldPath::root().key("spec"), &cluster.spec);
     p
 }
 

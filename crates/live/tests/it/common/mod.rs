@@ -325,14 +325,18 @@ pub fn rotator_objects() -> Vec<(String, serde_json::Value)> {
         .into_iter()
         .filter(|(p, _)| {
             p.starts_with("rotator/")
-                || [kk_spec::names::ROTATOR, kk_spec::names::CSR_APPROVER]
-                    .iter()
-                    .any(|c| {
-                        *p == format!(
-                            "namespaces/{}.yaml",
-                            kk_spec::names::controller_namespace(c)
-                        )
-                    })
+                || [
+                    kk_spec::names::ROTATOR,
+                    kk_spec::names::CSR_APPROVER,
+                    kk_spec::names::HEALTH_AGENT,
+                ]
+                .iter()
+                .any(|c| {
+                    *p == format!(
+                        "namespaces/{}.yaml",
+                        kk_spec::names::controller_namespace(c)
+                    )
+                })
         })
         .collect();
     assert!(

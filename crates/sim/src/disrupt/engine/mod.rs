@@ -46,6 +46,8 @@ pub struct Options {
     pub reclaim: Option<super::reclaim::Selector>,
     /// A clock for time limits and progress (`--budget-time`); `None`: unbounded.
     pub watch: Option<Watch>,
+    /// Karpenter's `rebootForRepair` (AWS gate): repairs of reboot-class XIDs reboot.
+    pub reboot_for_repair: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

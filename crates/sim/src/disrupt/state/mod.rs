@@ -123,6 +123,18 @@ pub struct NodeInfo {
     pub claim_labels: BTreeMap<String, String>,
     /// NodeClaim `spec.nodeClassRef.name`.
     pub node_class: Option<String>,
+    /// The Node's conditions Karpenter's node repair acts on (`kk_karpenter::repair`).
+    pub unhealthy: Vec<Unhealthy>,
+}
+
+/// A Node condition node repair acts on, as the Node holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Unhealthy {
+    pub condition: String,
+    pub status: String,
+    pub reason: String,
+    /// `lastTransitionTime`, Unix seconds.
+    pub since: Option<i64>,
 }
 
 /// What disruption reads of a pod.

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::{
     Budget, BudgetNodes, ClusterState, NodeInfo, Pdb, PodInfo, Policy, PoolSettings, Reason,
+    Unhealthy,
 };
 use crate::disrupt::clock::{Cron, parse_duration, parse_time};
 use crate::input::{InputError, LoadOptions, ParsedFile, SourceFile, load_parsed_with_catalog};
@@ -488,6 +489,7 @@ pub fn load_parsed(
     // (name, created, do-not-disrupt, deleting, ready, provider ID)
     type NodeObj = (String, Option<i64>, bool, bool, bool, Option<String>);
     let mut node_objs: Vec<NodeObj> = Vec::new();
+    let mut node_health: BTreeMap<String, Vec<Unhealthy>> = BTreeMap::new();
     let mut zones = BTreeSet::new();
     let mut pods = BTreeMap::new();
     let mut pdbs = Vec::new();
@@ -538,6 +540,28 @@ pub fn load_parsed(
                         }
                         let annotations = string_map(v.pointer("/metadata/annotations"));
                         let ready = is_true(condition(v, "Ready"));
+                        let unhealthy: Vec<Unhealthy> = conditions(v)
+                            .into_iter()
+                            .filter_map(|c| {
+                                let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("");
+                                kk_karpenter::repair::counts_as_unhealthy(
+                                    text("type"),
+                                    text("status"),
+                                )
+                                .then(|| Unhealthy {
+                                    condition: text("type").to_owned(),
+                                    status: text("status").to_owned(),
+                                    reason: text("reason").to_owned(),
+                                    since: c
+                                        .get("lastTransitionTime")
+                                        .and_then(Value::as_str)
+                                        .and_then(|t| parse_time(t).ok()),
+                                })
+                            })
+                            .collect();
+                        if !unhealthy.is_empty() {
+                            node_health.insert(name.to_owned(), unhealthy);
+                        }
                         node_objs.push((
                             name.to_owned(),
                             r.time(v, "metadata.creationTimestamp"),
@@ -665,6 +689,7 @@ pub fn load_parsed(
                     image_id: c.image_id.clone(),
                     claim_labels: c.labels.clone(),
                     node_class: c.node_class.clone(),
+                    unhealthy: node_health.remove(&name).unwrap_or_default(),
                 }
             }
             None => NodeInfo {
@@ -683,6 +708,7 @@ pub fn load_parsed(
                 image_id: None,
                 claim_labels: lbls.cloned().cloned().unwrap_or_default(),
                 node_class: None,
+                unhealthy: node_health.remove(&name).unwrap_or_default(),
             },
         };
         nodes.insert(name, info);
