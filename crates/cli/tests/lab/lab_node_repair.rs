@@ -282,6 +282,10 @@ fn a_fatal_xid_gets_the_gpu_node_replaced_once_the_breaker_lets_repair_act() {
         .filter(|e| e.reason.as_deref() == Some("NodeRepairBlocked"))
         .count();
     live(&format!("   NodeRepairBlocked events: {blocked}"));
+    assert!(
+        blocked > 0,
+        "Karpenter says why it holds: NodeRepairBlocked"
+    );
 
     // Node B reboots: its agent starts the new boot healthy (here: the admin writes what it would).
     drop(agents.into_iter().nth(1));
