@@ -155,10 +155,14 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         w,
         "2. **Namespaces, CNI, AWS cloud controller manager, EBS CSI driver** (new cluster, from here on). Apply {} first (Karpenter's, before Helm installs Karpenter into it{}). The CNI ({}) comes with Kubespray. Apply `cloud/aws-cloud-controller-manager.yaml` and `cloud/node-registration-policy.yaml` (a node named like an instance must register tainted `karpenter.sh/unregistered` with its own instance's providerID, and may not drop the taint: only Karpenter does, for a NodeClaim's instance) and `cloud/node-identity-policy.yaml` (a node may not change its pool, accelerator, capacity-type or zone labels, nor advertise GPUs outside a GPU pool); install the aws-ebs-csi-driver chart {} with `{}` (`{}`).",
         files("namespaces/"),
-        if spec.join.mode.runs_controller() {
-            ", and the rotator's and the CSR approver's own, where nothing else runs"
-        } else {
-            ""
+        match (spec.join.mode.runs_controller(), spec.runs_health_agent()) {
+            (true, true) => {
+                ", and the rotator's, the CSR approver's and the node health agent's own, where nothing else runs"
+            }
+            (true, false) =>
+                ", and the rotator's and the CSR approver's own, where nothing else runs",
+            (false, true) => ", and the node health agent's own, where nothing else runs",
+            (false, false) => "",
         },
         spec.kubean.network_plugin,
         ebs.version,
@@ -218,6 +222,13 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
         ),
     };
     let _ = writeln!(w, "4. **Bootstrap token.** {step4}");
+    if spec.runs_health_agent() {
+        let _ = writeln!(
+            w,
+            "   **Node health agent.** `rotator/health-agent.yaml` runs it on the nodes of every pool with `health` on (GPU pools by default): it reads each node's kernel log and writes the conditions Karpenter's node repair acts on (`nodeRepair` is on in `{}`); an admission policy keeps it to its own Node's own conditions (docs/guide/gpus-and-training.md).",
+            crate::helm::KARPENTER_VALUES,
+        );
+    }
     let _ = writeln!(
         w,
         "5. **Karpenter** {}: `{}`.",

@@ -115,6 +115,23 @@ async fn the_agents_token_writes_its_own_nodes_conditions_and_nothing_else() {
     let agent = kk_testkit::clients::bearer(&testbed.kubeconfig, &token).await;
     let nodes: Api<Node> = Api::all(agent.clone());
     let pp = PatchParams::default();
+    // The policy takes effect within moments of being applied: wait until it refuses a dry run.
+    let dry = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = condition("AcceleratedHardwareReady", "False", "NvidiaXID79Error");
+        match nodes.patch_status(&other, &dry, &strategic(&probe)).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the policy never took effect: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Allowed: its own Node's AcceleratedHardwareReady.
     nodes
@@ -252,6 +269,13 @@ async fn the_agents_token_writes_its_own_nodes_conditions_and_nothing_else() {
     }
 }
 
+/// A running agent: how to stop it, its task, and where its `/metrics` listens.
+type Running = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), kk_live::controller::health_agent::HealthAgentError>>,
+    std::net::SocketAddr,
+);
+
 /// The agent for `node` as the DaemonSet's pod runs it (its account's token bound to the node),
 /// reading `log`, until the returned sender is dropped or sent to.
 async fn start_agent(
@@ -259,16 +283,13 @@ async fn start_agent(
     admin: &Client,
     node: &Node,
     log: &std::path::Path,
-) -> (
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), kk_live::controller::health_agent::HealthAgentError>>,
-) {
+) -> Running {
     let mut config = kube_config(testbed).await;
     config.auth_info = kube::config::AuthInfo {
         token: Some(agent_token(admin, Some(node)).await.into()),
         ..Default::default()
     };
-    let agent = HealthAgent::new(
+    let mut agent = HealthAgent::new(
         config,
         HealthAgentConfig {
             node: node.metadata.name.clone().unwrap(),
@@ -282,11 +303,12 @@ async fn start_agent(
         },
     )
     .unwrap();
+    let metrics = agent.bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(agent.run(async {
         let _ = stopped.await;
     }));
-    (stop, running)
+    (stop, running, metrics)
 }
 
 /// The agent (the library the `--health-agent` mode runs) against a kernel log file: a file
@@ -307,7 +329,7 @@ async fn a_fatal_xid_turns_the_node_unhealthy_and_a_warning_does_not() {
         "6,100,1000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n",
     )
     .unwrap();
-    let (stop, running) = start_agent(&testbed, &admin, &node, &log).await;
+    let (stop, running, metrics) = start_agent(&testbed, &admin, &node, &log).await;
     let nodes: Api<Node> = Api::all(admin.clone());
     let gpu_condition = || async {
         nodes
@@ -393,6 +415,22 @@ async fn a_fatal_xid_turns_the_node_unhealthy_and_a_warning_does_not() {
     }
     reasons.sort();
     assert_eq!(reasons, ["NvidiaXID13Warning", "NvidiaXID79Error"]);
+    // And in the agent's metrics, labelled with the node and its pool.
+    let (code, body) = http_get(metrics, "/metrics").await;
+    assert_eq!(code, 200, "{body}");
+    for line in [
+        format!(
+            "kubean_karpenter_node_health_condition{{node=\"{name}\",nodepool=\"gpu-inference\",condition=\"AcceleratedHardwareReady\",reason=\"NvidiaXID79Error\"}} 0"
+        ),
+        format!(
+            "kubean_karpenter_node_health_findings_total{{node=\"{name}\",nodepool=\"gpu-inference\",reason=\"NvidiaXID13Warning\",severity=\"warning\"}} 1"
+        ),
+        format!(
+            "kubean_karpenter_node_health_findings_total{{node=\"{name}\",nodepool=\"gpu-inference\",reason=\"NvidiaXID79Error\",severity=\"fatal\"}} 1"
+        ),
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line} in\n{body}");
+    }
 
     // A restart in the same boot keeps the condition even with a log that lost the line.
     let _ = stop.send(());
@@ -402,7 +440,7 @@ async fn a_fatal_xid_turns_the_node_unhealthy_and_a_warning_does_not() {
         "6,200,1000,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n",
     )
     .unwrap();
-    let (stop, running) = start_agent(&testbed, &admin, &node, &log).await;
+    let (stop, running, _) = start_agent(&testbed, &admin, &node, &log).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let kept = gpu_condition().await.unwrap();
     assert_eq!(
