@@ -195,7 +195,7 @@ impl Facts {
             controller_role: None,
             grace: Duration::from_secs(120),
             node_repair: spec.node_repair(),
-            reboot_for_repair: spec.karpenter.feature_gates.get("rebootForRepair") == Some(&true),
+            reboot_for_repair: spec.reboot_for_repair(),
             interruption: InterruptionFacts::from_spec(cluster),
             reclaimable: kk_spec::interruption::reclaimable(spec),
             vpc_id: spec.aws.vpc_id.clone(),

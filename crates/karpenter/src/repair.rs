@@ -10,6 +10,7 @@
 //! drain bound wins. A NodePool whose unhealthy Nodes are more than 20 % of its Nodes (rounded
 //! up) is not repaired at all, whatever the reason or toleration.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The condition the node monitoring agent sets for GPU (and other accelerator) faults.
@@ -130,6 +131,23 @@ pub fn breaker_threshold(nodes: usize) -> usize {
     (nodes * BREAKER_PERCENT as usize).div_ceil(100)
 }
 
+/// Per NodePool, `(nodes, unhealthy nodes)` as the breaker counts them, from each Node's pool
+/// (`karpenter.sh/nodepool`; a Node without one counts nowhere) and whether any of its
+/// conditions [`counts_as_unhealthy`].
+pub fn pool_tally<'a>(
+    nodes: impl IntoIterator<Item = (Option<&'a str>, bool)>,
+) -> BTreeMap<&'a str, (usize, usize)> {
+    let mut tally: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (pool, unhealthy) in nodes {
+        if let Some(pool) = pool {
+            let counts = tally.entry(pool).or_default();
+            counts.0 += 1;
+            counts.1 += usize::from(unhealthy);
+        }
+    }
+    tally
+}
+
 /// Whether repair is blocked for a pool of `nodes` with `unhealthy` of them sick.
 pub fn breaker_tripped(nodes: usize, unhealthy: usize) -> bool {
     unhealthy > breaker_threshold(nodes)
@@ -198,5 +216,14 @@ mod tests {
         assert_eq!(breaker_threshold(6), 2);
         assert!(!breaker_tripped(10, 2));
         assert!(breaker_tripped(10, 3));
+        let tally = pool_tally([
+            (Some("gpu"), true),
+            (Some("gpu"), false),
+            (None, true),
+            (Some("cpu"), false),
+        ]);
+        assert_eq!(tally.get("gpu"), Some(&(2, 1)));
+        assert_eq!(tally.get("cpu"), Some(&(1, 0)));
+        assert_eq!(tally.len(), 2, "a node outside any pool counts nowhere");
     }
 }

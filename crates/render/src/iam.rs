@@ -177,7 +177,7 @@ pub fn controller_policy(cluster: &ElasticCluster) -> Value {
         ),
     ];
     // Karpenter 1.15's reboot-for-repair reboots a node in place (same tags as deletion).
-    if cluster.spec.karpenter.feature_gates.get("rebootForRepair") == Some(&true) {
+    if cluster.spec.reboot_for_repair() {
         statements.push(statement(
             "AllowScopedReboot",
             &["ec2:RebootInstances"],

@@ -745,6 +745,12 @@ impl ClusterSpec {
         self.pools.iter().any(|p| self.health_watch(p).any())
     }
 
+    /// Whether Karpenter's node repair reboots for the faults a reboot clears: the AWS gate
+    /// `karpenter.featureGates.rebootForRepair` (off unless named).
+    pub fn reboot_for_repair(&self) -> bool {
+        self.karpenter.feature_gates.get("rebootForRepair") == Some(&true)
+    }
+
     /// Whether Karpenter's node repair is on: as `karpenter.featureGates.nodeRepair` says, or,
     /// where it says nothing, on exactly when a pool runs the health agent.
     pub fn node_repair(&self) -> bool {

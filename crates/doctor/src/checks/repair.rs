@@ -2,10 +2,11 @@
 //! when, and when Karpenter will reboot or replace it — or why it will not (the gate off, the
 //! pool's 20 % breaker tripped, the node outside any NodePool).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kk_karpenter::repair::{breaker_threshold, breaker_tripped, counts_as_unhealthy, policy_for};
+use kk_karpenter::repair::{
+    breaker_threshold, breaker_tripped, counts_as_unhealthy, policy_for, pool_tally,
+};
 
 use super::{check, pool_of, secs};
 use crate::snapshot::Snapshot;
@@ -19,8 +20,6 @@ pub(super) fn node_health(s: &Snapshot, f: &Facts) -> Check {
     let Ok(nodes) = &s.nodes else {
         return c.skip("Nodes could not be listed");
     };
-    // Per pool: (nodes, unhealthy nodes), as Karpenter's breaker counts them.
-    let mut pools: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let mut sick = Vec::new();
     for n in nodes {
         let pool = pool_of(n.metadata.labels.as_ref());
@@ -30,15 +29,10 @@ pub(super) fn node_health(s: &Snapshot, f: &Facts) -> Check {
             .flat_map(|st| st.conditions.iter().flatten())
             .filter(|c| counts_as_unhealthy(&c.type_, &c.status))
             .collect();
-        if let Some(pool) = pool {
-            let counts = pools.entry(pool).or_default();
-            counts.0 += 1;
-            counts.1 += usize::from(!conditions.is_empty());
-        }
-        if !conditions.is_empty() {
-            sick.push((n, pool, conditions));
-        }
+        sick.push((n, pool, conditions));
     }
+    let pools = pool_tally(sick.iter().map(|(_, pool, c)| (*pool, !c.is_empty())));
+    sick.retain(|(_, _, c)| !c.is_empty());
     for (n, pool, conditions) in sick {
         let name = n.metadata.name.as_deref().unwrap_or("");
         for cond in conditions {

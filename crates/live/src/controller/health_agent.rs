@@ -399,7 +399,7 @@ fn read_log(config: &HealthAgentConfig) -> Result<mpsc::Receiver<LogRead>, Healt
     let poll = config.poll;
     let (tx, rx) = mpsc::channel(1024);
     std::thread::spawn(move || {
-        let mut pending = Vec::new();
+        let mut lines = Lines::default();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             match file.read(&mut buf) {
@@ -410,14 +410,7 @@ fn read_log(config: &HealthAgentConfig) -> Result<mpsc::Receiver<LogRead>, Healt
                     std::thread::sleep(poll);
                 }
                 Ok(n) => {
-                    pending.extend_from_slice(&buf[..n]);
-                    while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                        let line: Vec<u8> = pending.drain(..=end).collect();
-                        // `/dev/kmsg` continuation lines (` KEY=value`) carry no message.
-                        if line.first() == Some(&b' ') {
-                            continue;
-                        }
-                        let text = String::from_utf8_lossy(&line).into_owned();
+                    for text in lines.push(&buf[..n]) {
                         if tx.blocking_send(LogRead::Line(text)).is_err() {
                             return;
                         }
@@ -443,6 +436,37 @@ fn read_log(config: &HealthAgentConfig) -> Result<mpsc::Receiver<LogRead>, Healt
     Ok(rx)
 }
 
+/// The longest line kept: a kernel message is at most a few KiB (`/dev/kmsg` records are
+/// bounded by the kernel); the rest of a longer line in a file is dropped, so a file without
+/// newlines cannot grow the agent's memory.
+const MAX_LINE: usize = 16 * 1024;
+
+/// What the log gives, cut into lines of at most [`MAX_LINE`] bytes.
+#[derive(Debug, Default)]
+struct Lines {
+    pending: Vec<u8>,
+}
+
+impl Lines {
+    /// The lines `bytes` completes; `/dev/kmsg` continuation lines (` KEY=value`) carry no
+    /// message and are left out.
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            let room = MAX_LINE.saturating_sub(self.pending.len());
+            self.pending
+                .extend_from_slice(&piece[..piece.len().min(room)]);
+            if piece.last() == Some(&b'\n') {
+                let line = std::mem::take(&mut self.pending);
+                if line.first() != Some(&b' ') {
+                    out.push(String::from_utf8_lossy(&line).into_owned());
+                }
+            }
+        }
+        out
+    }
+}
+
 /// This boot's ID as the kernel gives it.
 pub fn boot_id(path: &std::path::Path) -> Result<String, HealthAgentError> {
     std::fs::read_to_string(path)
@@ -451,4 +475,36 @@ pub fn boot_id(path: &std::path::Path) -> Result<String, HealthAgentError> {
             path: path.display().to_string(),
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_split_across_reads_bounded_and_continuations_dropped() {
+        let mut lines = Lines::default();
+        assert!(
+            lines
+                .push(b"6,1,10,-;NVRM: Xid (PCI:0000:00:1e): 7")
+                .is_empty()
+        );
+        assert_eq!(
+            lines.push(b"9, off the bus\n SUBSYSTEM=pci\n4,2,20,-;next\n"),
+            [
+                "6,1,10,-;NVRM: Xid (PCI:0000:00:1e): 79, off the bus\n",
+                "4,2,20,-;next\n"
+            ]
+        );
+        let long = vec![b'x'; 3 * MAX_LINE];
+        assert!(lines.push(&long).is_empty());
+        assert!(
+            lines.pending.len() <= MAX_LINE,
+            "a line without its end is bounded"
+        );
+        let kept = lines.push(b"tail\nafter\n");
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0].len(), MAX_LINE);
+        assert_eq!(kept[1], "after\n");
+    }
 }

@@ -5,9 +5,7 @@
 //! waits for it to initialize, honours PDBs only for the policy's drain bound, and paces by the
 //! pool's `Unhealthy` budgets; what the replacement's pods then do is provisioning's business.
 
-use std::collections::BTreeMap;
-
-use kk_karpenter::repair::{breaker_threshold, breaker_tripped, policy_for};
+use kk_karpenter::repair::{breaker_threshold, breaker_tripped, policy_for, pool_tally};
 use serde::Serialize;
 
 use super::clock;
@@ -38,18 +36,13 @@ pub struct RepairOut {
 
 /// Every Node with a condition node repair acts on, at `now`, as Karpenter would treat it.
 pub fn repairs(state: &ClusterState, now: i64, reboot_for_repair: bool) -> Vec<RepairOut> {
-    let mut per_pool: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for node in &state.input.nodes {
-        if let Some(pool) = node.pool() {
-            let counts = per_pool.entry(pool).or_default();
-            counts.0 += 1;
-            let sick = state
-                .nodes
-                .get(&node.name)
-                .is_some_and(|i| !i.unhealthy.is_empty());
-            counts.1 += usize::from(sick);
-        }
-    }
+    let per_pool = pool_tally(state.input.nodes.iter().map(|node| {
+        let sick = state
+            .nodes
+            .get(&node.name)
+            .is_some_and(|i| !i.unhealthy.is_empty());
+        (node.pool(), sick)
+    }));
     let mut out = Vec::new();
     for node in &state.input.nodes {
         let Some(info) = state.nodes.get(&node.name) else {

@@ -43,7 +43,7 @@ pub(super) fn health(p: &mut Problems, at: &FieldPath, spec: &ClusterSpec) {
             ));
         }
     }
-    if spec.karpenter.feature_gates.get("rebootForRepair") == Some(&true) && !spec.node_repair() {
+    if spec.reboot_for_repair() && !spec.node_repair() {
         p.push((
             gates.key("rebootForRepair"),
             "reboot-for-repair does nothing without node repair: turn nodeRepair on, or run the health agent on a pool".into(),
