@@ -1,7 +1,8 @@
 //! Typed objects and YAML handling shared by every other crate.
 //!
 //! Owns the typed Karpenter v1 and Kubean objects, field paths, quantities, calendar dates and
-//! the position-keeping YAML loader. Must not do I/O, know the ElasticCluster spec, or encode scheduling semantics
+//! the position-keeping YAML loader, and [`spend`]: money as micro-dollars and the annotations
+//! that carry a spend budget on a NodePool. Must not do I/O, know the ElasticCluster spec, or encode scheduling semantics
 //! (those are `kk-karpenter`'s).
 //!
 //! Pure: no I/O, no async. Reading files is the caller's business; this crate
@@ -14,6 +15,7 @@ pub mod karpenter;
 pub mod kubean;
 pub mod path;
 pub mod quantity;
+pub mod spend;
 pub mod visible;
 pub mod yaml;
 

@@ -3,7 +3,7 @@
 //! Owns the ElasticCluster document: its types, defaults and located validation, and
 //! [`adopt`]: what a running cluster holds, as spec values with their sources; and the facts
 //! derived from a spec that several crates use, each written once ([`names`], [`arn`], the
-//! [`join_store`] kind, the [`network`] facts, [`time`]'s durations). Must not read
+//! [`join_store`] kind, the [`network`] facts, [`time`]'s durations, the [`spend`] budgets). Must not read
 //! files, render artifacts, or restate Karpenter's label rules (it asks `kk-karpenter`).
 //!
 //! Pure: takes text, returns values or located errors. Reading the file and resolving
@@ -24,6 +24,7 @@ mod load;
 pub mod names;
 pub mod network;
 pub mod pin;
+pub mod spend;
 pub mod time;
 pub mod types;
 mod validate;
@@ -32,6 +33,7 @@ pub mod vpc_endpoints;
 
 pub use kk_karpenter::labels::reserved_domain as restricted_label_domain;
 pub use load::{LoadedSpec, SpecError, parse_spec, spec_from_documents};
+pub use spend::{BudgetEnforcement, OnControllerDown, SpendBudget};
 pub use types::*;
 pub use validate::{node_class_name, validate, warnings};
 

@@ -34,6 +34,14 @@ pub const ROTATOR: &str = "kubean-karpenter-rotator";
 pub const CSR_APPROVER: &str = "kubean-karpenter-csr-approver";
 /// The node health agent: its namespace, service account and admission policy.
 pub const HEALTH_AGENT: &str = "kubean-karpenter-health-agent";
+/// The budget controller (issue #51): its namespace, service account, Lease, ClusterRole, the
+/// field manager that owns a budgeted NodePool's narrowed limit, its record (a ConfigMap in
+/// the Lease namespace: heartbeat and the pools it enforces) and the policy guarding its writes.
+pub const BUDGET: &str = "kubean-karpenter-budget";
+/// The ClusterRole (and its binding) holding the budget controller's rights on NodePools.
+pub const BUDGET_CLUSTER_ROLE: &str = "kubean-karpenter:budget";
+/// The policy that holds launches of a budgeted pool until its budget is enforced.
+pub const BUDGET_LAUNCH_POLICY: &str = "kubean-karpenter-budget-launch";
 
 /// Where the controllers' Leases, the Roles that renew them (the rotator's holds its Secret
 /// rights too) and their RoleBindings live, named like the controller: kube-system, so that a

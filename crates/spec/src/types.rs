@@ -77,6 +77,12 @@ pub struct ClusterSpec {
     /// only when the cluster runs the Prometheus Operator (`prometheusOperator: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monitoring: Option<Monitoring>,
+    /// The whole fleet's spend limit, US dollars per hour, shared by every dynamic pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spend::SpendBudget>,
+    /// How budgets hold while the budget controller is silent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_enforcement: Option<crate::spend::BudgetEnforcement>,
 }
 
 /// What the cluster's Prometheus Operator should watch and alert on.
@@ -656,6 +662,10 @@ pub struct Pool {
     /// NodePool limits (`cpu`, `memory`, `nvidia.com/gpu`, ...), as Kubernetes quantities.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limits: BTreeMap<String, QuantityValue>,
+    /// A spend limit in US dollars per hour: Karpenter never launches past it (the budget
+    /// controller narrows this NodePool's `limits[budget.resource]`; docs/guide/budgets.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::spend::SpendBudget>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<Disruption>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,7 @@
 //! apply time, a node that never joins, or a pool Karpenter can never launch.
 //!
 //! One file per spec section (`version.rs`, `control_plane.rs`, `kubean.rs`, `aws.rs`,
-//! `karpenter.rs`, `join.rs`, `gpu.rs`, `health.rs`, `monitoring.rs`, `pools.rs`, `node_class.rs`, `reservations.rs`); the patterns and lists they share and
+//! `karpenter.rs`, `join.rs`, `gpu.rs`, `health.rs`, `budget.rs`, `monitoring.rs`, `pools.rs`, `node_class.rs`, `reservations.rs`); the patterns and lists they share and
 //! the entry point [`validate`] are here.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +18,7 @@ use regex::Regex;
 use crate::types::*;
 
 mod aws;
+mod budget;
 mod control_plane;
 mod controller;
 mod gpu;
@@ -157,6 +158,7 @@ pub fn validate(cluster: &ElasticCluster) -> Problems {
         .is_some_and(|g| g.stack == crate::GpuSoftware::Operator);
     pools(&mut p, &at.key("pools"), &spec.pools, per_pool_sharing);
     pools::static_pools(&mut p, &at, spec);
+    budget::budgets(&mut p, &at, spec);
     worker_kubelet_skew(&mut p, &at, spec);
     for (path, access) in [
         (at.key("access"), &spec.access),
