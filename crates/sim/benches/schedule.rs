@@ -233,6 +233,8 @@ fn input(catalog: &Catalog, pods: Vec<Pod>) -> Input {
             kubelet: Default::default(),
             replicas: None,
             capacity_overlay: BTreeMap::new(),
+            budget: None,
+            budget_account: None,
         }],
         pods,
         daemonsets: Vec::new(),

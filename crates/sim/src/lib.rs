@@ -30,13 +30,14 @@
 //! [`simulate`], [`explain`]), which run the solver and the next loop and build the plan (it
 //! uses `plan` and `next_loop`; `next_loop` uses `plan`; `plan` uses neither); [`input`] reads
 //! manifests; [`disrupt`] the disruption controller (its clock, state, methods and report);
-//! [`scenario`] the oracle's formats (docs/internals/fidelity.md); [`fleet`] the live view `top` draws; [`gosort`] Go's unstable sort, for Go's order of ties.
+//! [`scenario`] the oracle's formats (docs/internals/fidelity.md); [`fleet`] the live view `top` draws; [`budget`] spend budgets as NodePool limits; [`gosort`] Go's unstable sort, for Go's order of ties.
 
 pub mod gosort;
 /// Karpenter's label keys and domains, from `kk-karpenter` (one list for every crate).
 pub use kk_karpenter::labels;
 /// The requirement algebra, from `kk-karpenter`.
 pub use kk_karpenter::req;
+pub mod budget;
 pub mod disrupt;
 pub mod fleet;
 pub mod input;

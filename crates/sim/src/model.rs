@@ -184,6 +184,11 @@ pub struct Pool {
     /// NodeOverlay capacity per catalog type index: resource → the value that replaces the
     /// type's (input/overlays.rs).
     pub capacity_overlay: BTreeMap<usize, BTreeMap<String, i64>>,
+    /// Its spend budget, from its annotations (budget.rs).
+    pub budget: Option<crate::budget::PoolBudget>,
+    /// Its budget's account once [`crate::budget::narrow`] has set its limit: why a launch
+    /// past it stays Pending.
+    pub budget_account: Option<crate::budget::PoolLedger>,
 }
 
 impl Pool {

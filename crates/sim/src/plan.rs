@@ -66,7 +66,32 @@ pub struct Plan {
     pub existing_nodes: Vec<ExistingUse>,
     pub pending: Vec<PendingPod>,
     pub totals: Totals,
+    /// Each budgeted pool's spend before and after this plan, against its budget.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetUse>,
     pub warnings: Vec<String>,
+}
+
+/// A budgeted pool in a plan: what it spends now, what it would with the plan's claims, and
+/// the limit its budget sets (issue #51).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetUse {
+    pub node_pool: String,
+    /// Its budget (its own, or its share of the cluster's), US dollars per hour.
+    pub per_hour: f64,
+    /// What its existing nodes cost.
+    pub spend_per_hour: f64,
+    /// That plus the plan's new claims of the pool.
+    pub planned_per_hour: f64,
+    pub resource: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// Pods left Pending because a launch would pass the budget.
+    pub pending: usize,
+    /// Why the budget could not be priced (its limit then stays at its use).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 pub(crate) fn round(x: f64) -> f64 {
@@ -272,7 +297,34 @@ pub(crate) fn build(input: &Input, outcome: &Outcome) -> Plan {
         .collect();
     let placed = node_claims.iter().map(|c| c.pods.len()).sum::<usize>()
         + existing_nodes.iter().map(|e| e.pods.len()).sum::<usize>();
+    let budgets = input
+        .pools
+        .iter()
+        .filter_map(|p| p.budget_account.as_ref())
+        .map(|account| {
+            let new: f64 = node_claims
+                .iter()
+                .filter(|c| c.node_pool == account.node_pool)
+                .map(|c| c.price_per_hour)
+                .sum();
+            let prefix = format!("budget: nodepool {}'s ", account.node_pool);
+            BudgetUse {
+                node_pool: account.node_pool.clone(),
+                per_hour: kk_model::spend::dollars(account.budget),
+                spend_per_hour: account.spend_per_hour,
+                planned_per_hour: round(account.spend_per_hour + new),
+                resource: account.resource.clone(),
+                limit: account.limit.clone(),
+                pending: pending
+                    .iter()
+                    .filter(|p| p.reason.contains(&prefix))
+                    .count(),
+                problem: account.problem.clone(),
+            }
+        })
+        .collect();
     Plan {
+        budgets,
         totals: Totals {
             nodes: node_claims.len(),
             pods_placed: placed,
@@ -486,6 +538,23 @@ impl Plan {
             self.totals.pods_pending,
             self.totals.price_per_hour
         );
+        for b in &self.budgets {
+            let _ = writeln!(
+                out,
+                "budget of nodepool {}: ${:.4}/h now, ${:.4}/h planned, of ${:.4}/h ({}: limit {}){}",
+                b.node_pool,
+                b.spend_per_hour,
+                b.planned_per_hour,
+                b.per_hour,
+                b.resource,
+                b.limit.as_deref().unwrap_or("none"),
+                match (b.pending, &b.problem) {
+                    (_, Some(problem)) => format!("; not priced: {problem}"),
+                    (0, None) => String::new(),
+                    (n, None) => format!("; {n} pod{} wait for it", if n == 1 { "" } else { "s" }),
+                }
+            );
+        }
         if !self.pending.is_empty() {
             let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for p in &self.pending {

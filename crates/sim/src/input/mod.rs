@@ -103,6 +103,9 @@ pub fn load(
     let mut input = load_with_catalog(pool_files, workload_files, node_files, opts, catalog)?;
     // A plan starts from the cluster as Karpenter keeps it: static pools at their replicas.
     add_static_nodes(&mut input);
+    // Budgets hold as the limits the budget controller writes from what the nodes cost.
+    let holdings = crate::budget::holdings_from_nodes(&input);
+    crate::budget::narrow(&mut input, &holdings);
     Ok(input)
 }
 

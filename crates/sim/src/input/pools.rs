@@ -132,6 +132,19 @@ pub(super) fn read_pool(ctx: &mut Ctx, prefix: &str, value: Value) -> Option<(Po
             }
         }
     }
+    let budget =
+        match crate::budget::read_annotations(&np.metadata.annotations.clone().unwrap_or_default())
+        {
+            Ok(budget) => budget,
+            Err((key, message)) => {
+                ctx.err(
+                    &join(prefix, &format!("metadata.annotations[{key}]")),
+                    message,
+                );
+                ok = false;
+                None
+            }
+        };
     let labels_map = np
         .spec
         .template
@@ -156,6 +169,8 @@ pub(super) fn read_pool(ctx: &mut Ctx, prefix: &str, value: Value) -> Option<(Po
             kubelet: KubeletOverrides::default(),
             replicas: np.spec.replicas,
             capacity_overlay: BTreeMap::new(),
+            budget,
+            budget_account: None,
         },
         class,
     ))

@@ -27,10 +27,16 @@ pub(super) struct Limits {
     written: BTreeMap<String, String>,
     /// The pool's types that still fit within the limits (cached until the next charge).
     within: Option<Bits>,
+    /// The resource a spend budget narrows and why a launch past it waits (budget.rs).
+    budget: Option<(String, String)>,
 }
 
 impl Limits {
-    pub(super) fn new(limits: &BTreeMap<String, i64>, index: &ResIndex) -> Limits {
+    pub(super) fn new(
+        limits: &BTreeMap<String, i64>,
+        budget: Option<&crate::budget::PoolLedger>,
+        index: &ResIndex,
+    ) -> Limits {
         let mut remaining = Vec::new();
         let mut remaining_nodes = None;
         let mut written = BTreeMap::new();
@@ -47,6 +53,7 @@ impl Limits {
             remaining_nodes,
             written,
             within: None,
+            budget: budget.map(|b| (b.resource.clone(), b.reason())),
         }
     }
 
@@ -123,6 +130,13 @@ impl Limits {
                 format!("{n}={}", self.written.get(n).cloned().unwrap_or_default())
             })
             .collect();
-        format!("nodepool {pool} limit {} exceeded", parts.join(", "))
+        let exceeded = format!("nodepool {pool} limit {} exceeded", parts.join(", "));
+        // A limit a budget set: say so, naming the budget (the limit stays in the text).
+        match &self.budget {
+            Some((resource, reason)) if shown.iter().any(|(slot, _)| names[*slot] == *resource) => {
+                format!("{reason} ({exceeded})")
+            }
+            _ => exceeded,
+        }
     }
 }

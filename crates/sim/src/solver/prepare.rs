@@ -248,7 +248,7 @@ fn prepare_pool(
         all: Bits::full(n),
         compat_cache: HashMap::new(),
         offer_cache: HashMap::new(),
-        limits: Limits::new(&pool.limits, index),
+        limits: Limits::new(&pool.limits, pool.budget_account.as_ref(), index),
     })
 }
 

@@ -4,6 +4,7 @@
 //! in one binary rather than one per file; add a module here, not a file in `tests/`.
 
 mod behaviour;
+mod budget;
 mod differential;
 mod disrupt;
 mod disrupt_differential;

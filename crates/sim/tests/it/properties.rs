@@ -139,6 +139,8 @@ fn build(pools: &[PoolSpec], work: &[WorkSpec]) -> Input {
                 kubelet: KubeletOverrides::default(),
                 replicas: None,
                 capacity_overlay: BTreeMap::new(),
+                budget: None,
+                budget_account: None,
             }
         })
         .collect();

@@ -742,6 +742,10 @@ pub fn load_parsed(
         out_pdbs.push(pdb);
     }
     warnings.extend(std::mem::take(&mut input.warnings));
+    // Budgets hold as the limits the budget controller writes from what the claims cost.
+    let holdings =
+        crate::budget::holdings_from_claims(&input.catalog, node_claims.values(), &input.nodes);
+    crate::budget::narrow(&mut input, &holdings);
     Ok(ClusterState {
         input,
         pools,
