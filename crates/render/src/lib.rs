@@ -8,6 +8,7 @@
 
 mod admission;
 pub mod authenticator;
+pub mod budget;
 pub mod cel;
 mod cloud;
 mod controller_workload;
@@ -32,6 +33,7 @@ pub mod node_registration;
 pub mod nodeadm;
 mod order;
 mod pools;
+pub use pools::node_pool_for;
 pub mod rotator;
 pub mod upgrade;
 pub mod userdata;
@@ -300,6 +302,7 @@ pub fn render(cluster: &ElasticCluster, ca_pem: &[u8]) -> Result<Bundle, RenderE
     join_rbac::render(cluster, &mut bundle)?;
     csr_approver::render(cluster, &mut bundle)?;
     health::render(cluster, &mut bundle)?;
+    budget::render(cluster, &mut bundle)?;
     monitoring::render(cluster, &mut bundle)?;
     order::render(cluster, &ca, &mut bundle);
     Ok(bundle)

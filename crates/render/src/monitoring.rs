@@ -262,6 +262,10 @@ fn pod_monitor(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             .push(crate::names::controller_namespace(kk_spec::names::HEALTH_AGENT).to_owned());
         names.extend(health);
     }
+    if cluster.spec.runs_budget_controller() {
+        namespaces.push(crate::names::controller_namespace(kk_spec::names::BUDGET).to_owned());
+        names.push(kk_spec::names::BUDGET.into());
+    }
     json!({
         "apiVersion": API_VERSION,
         "kind": "PodMonitor",

@@ -229,6 +229,12 @@ pub fn render(cluster: &ElasticCluster, ca: &ClusterCa, bundle: &mut Bundle) {
             crate::helm::KARPENTER_VALUES,
         );
     }
+    if spec.runs_budget_controller() {
+        let _ = writeln!(
+            w,
+            "   **Spend budgets.** `rotator/budget.yaml` runs the budget controller: it writes each budgeted NodePool's limit on its budget resource (the NodePools here leave it out), and until it has, an admission policy holds that pool's launches (docs/guide/budgets.md).",
+        );
+    }
     let _ = writeln!(
         w,
         "5. **Karpenter** {}: `{}`.",

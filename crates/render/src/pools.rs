@@ -283,11 +283,18 @@ fn node_pool(pool: &Pool, spec: &kk_spec::ClusterSpec) -> NodePool {
             });
         }
     }
-    let limits: BTreeMap<String, Value> = pool
+    let mut limits: BTreeMap<String, Value> = pool
         .limits
         .iter()
         .map(|(k, v)| (k.clone(), Value::String(v.as_text())))
         .collect();
+    let mut metadata = meta(&pool.name);
+    if let Some(annotations) = budget_annotations(pool, spec) {
+        // The budget controller owns this limit (its own field manager): apply never sends it,
+        // so the two never fight over it; the spec's value is its ceiling.
+        limits.remove(&pool.budget_resource());
+        metadata.annotations = Some(annotations);
+    }
     let disruption = pool.disruption.as_ref().map(|d| Disruption {
         consolidation_policy: d.consolidation_policy.clone(),
         // A static pool never consolidates: no consolidateAfter of ours on it.
@@ -311,7 +318,7 @@ fn node_pool(pool: &Pool, spec: &kk_spec::ClusterSpec) -> NodePool {
     NodePool {
         api_version: NODE_POOL_API_VERSION.into(),
         kind: "NodePool".into(),
-        metadata: meta(&pool.name),
+        metadata,
         spec: NodePoolSpec {
             template: NodeClaimTemplate {
                 metadata: Some(TemplateMetadata {
@@ -348,6 +355,46 @@ fn node_pool(pool: &Pool, spec: &kk_spec::ClusterSpec) -> NodePool {
         status: None,
         extra: Default::default(),
     }
+}
+
+/// A budgeted pool's budget as annotations on its NodePool (kk-model's `spend`), which plan,
+/// top and the budget controller read; `None` for a pool no budget narrows.
+fn budget_annotations(
+    pool: &Pool,
+    spec: &kk_spec::ClusterSpec,
+) -> Option<BTreeMap<String, String>> {
+    use kk_model::spend::annotation;
+    let (_, resource) = spec
+        .budgeted_pools()
+        .find(|(budgeted, _)| budgeted.name == pool.name)?;
+    let mut annotations = BTreeMap::new();
+    if let Some(own) = &pool.budget {
+        annotations.insert(annotation::PER_HOUR.to_owned(), own.per_hour.as_text());
+    }
+    if let Some(cluster) = &spec.budget {
+        annotations.insert(
+            annotation::CLUSTER_PER_HOUR.to_owned(),
+            cluster.per_hour.as_text(),
+        );
+    }
+    if let Some(warn) = pool
+        .budget
+        .as_ref()
+        .and_then(|b| b.warn_at.clone())
+        .or_else(|| spec.budget.as_ref().and_then(|b| b.warn_at.clone()))
+    {
+        annotations.insert(annotation::WARN_AT.to_owned(), warn);
+    }
+    if let Some(ceiling) = pool.limits.get(&resource) {
+        annotations.insert(annotation::CEILING.to_owned(), ceiling.as_text());
+    }
+    annotations.insert(annotation::RESOURCE.to_owned(), resource);
+    Some(annotations)
+}
+
+/// The NodePool render writes for `pool`: what the CLI prices a budget against.
+pub fn node_pool_for(pool: &Pool, spec: &kk_spec::ClusterSpec) -> NodePool {
+    node_pool(pool, spec)
 }
 
 pub fn core_taint(t: &kk_spec::Taint) -> Taint {

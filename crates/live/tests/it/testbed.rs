@@ -32,13 +32,19 @@ async fn forget_pods(client: &Client, objects: &[(String, Value)]) {
 /// Namespaces and service accounts the bundle expects to exist (the testbed runs no
 /// controllers, so nothing creates a namespace's default ServiceAccount).
 async fn prepare_namespaces(client: &Client) {
-    // A dry run creates no namespace, so the bundles' own (karpenter, gpu-operator) exist first.
+    // A dry run creates no namespace, so the bundles' own (karpenter, gpu-operator, each of our
+    // controllers') exist first: this test must not depend on others having made them.
+    use kk_spec::names;
     for ns in [
         "kubean-system",
         "karpenter",
         "default",
         "kube-system",
         "gpu-operator",
+        names::controller_namespace(names::ROTATOR),
+        names::controller_namespace(names::CSR_APPROVER),
+        names::controller_namespace(names::HEALTH_AGENT),
+        names::controller_namespace(names::BUDGET),
     ] {
         let api: Api<Namespace> = Api::all(client.clone());
         let _ = api

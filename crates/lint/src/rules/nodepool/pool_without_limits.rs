@@ -14,7 +14,9 @@ NodePool whose limits do not cap its GPUs, as an error: an NVIDIA pool needs an
 `nvidia.com/gpu` limit, an AMD pool an `amd.com/gpu` limit, a pool whose vendor cannot be told
 either one. A pool counts as a GPU pool as in KK002 (GPU requirements, a GPU limit, or a
 `node.accelerator` label). Static pools (`spec.replicas`) launch a fixed number of nodes and
-are skipped.
+are skipped, and so is the limit a spend budget owns: a NodePool annotated
+`kubean-karpenter.io/budget-resource: <resource>` gets that limit from kubean-karpenter's budget
+controller, which writes it in the cluster (render leaves it out of the file on purpose).
 
 ## Why
 Limits are the only ceiling Karpenter has. Without them a runaway Deployment (50 replicas
@@ -90,7 +92,18 @@ fn gpu_resources(vendor: GpuVendor) -> &'static [&'static str] {
 }
 
 fn check_pool(ctx: &Context<'_>, view: &NodePoolView<'_>) -> Option<Diagnostic> {
-    let limits = &view.pool.spec.limits;
+    let mut limits = view.pool.spec.limits.clone();
+    // The budget controller writes this limit in the cluster: it is there, just not here.
+    if let Some(resource) = view
+        .pool
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(kk_model::spend::annotation::RESOURCE))
+    {
+        limits.insert(resource.clone(), serde_json::Value::Null);
+    }
+    let limits = &limits;
     let has_limits_key = view.obj.value(&FieldPath::parse("spec.limits")).is_some();
     let (path, where_) = if has_limits_key {
         (FieldPath::parse("spec.limits"), "an empty spec.limits")

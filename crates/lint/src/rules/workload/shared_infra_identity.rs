@@ -12,8 +12,8 @@ pub const DOC: &str = r#"
 ## What
 Finds a controller that calls AWS with the infra workers' instance role **from its own pod
 network**: the kubean-karpenter rotator (a container whose first argument is `controller`, or
-the Deployment `kubean-karpenter-rotator`; the CSR approver alone, `--csr-approver-only`, and
-the node health agent, `--health-agent`, call no AWS) and Karpenter (its Helm values for a self-managed control plane; on EKS its role comes from
+the Deployment `kubean-karpenter-rotator`; the CSR approver alone, `--csr-approver-only`,
+the node health agent, `--health-agent`, and the budget controller, `--budget-only`, call no AWS) and Karpenter (its Helm values for a self-managed control plane; on EKS its role comes from
 IRSA or Pod Identity), when they carry no AWS credentials of their own (no
 `AWS_ACCESS_KEY_ID`, no web identity: `AWS_ROLE_ARN` with `AWS_WEB_IDENTITY_TOKEN_FILE`) and do
 not run on the host network (`hostNetwork: true`).
@@ -87,12 +87,14 @@ fn args(container: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// The rotator, which uses AWS; the CSR approver alone (`--csr-approver-only`) and the health
-/// agent (`--health-agent`) use none.
+/// The rotator, which uses AWS; the CSR approver alone (`--csr-approver-only`), the health
+/// agent (`--health-agent`) and the budget controller (`--budget-only`) use none.
 fn is_controller(wl: &WorkloadView<'_>) -> bool {
     let approver_only = containers(wl).iter().any(|c| {
         let a = args(c);
-        a.contains(&"--csr-approver-only") || a.contains(&"--health-agent")
+        a.contains(&"--csr-approver-only")
+            || a.contains(&"--health-agent")
+            || a.contains(&"--budget-only")
     });
     !approver_only
         && (wl.obj.name == "kubean-karpenter-rotator"
