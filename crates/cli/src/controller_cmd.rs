@@ -94,6 +94,13 @@ pub struct ControllerArgs {
     log_format: String,
     #[command(flatten)]
     health: HealthAgentArgs,
+    /// Run only the budget controller: keep each budgeted NodePool's limit where its spend
+    /// budget puts it (docs/guide/budgets.md). No store, no tokens, no AWS.
+    #[arg(long, conflicts_with_all = ["csr_approver_only", "health_agent"])]
+    budget_only: bool,
+    /// With --budget-only: how often the limits are recomputed from the cluster's state.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, requires = "budget_only")]
+    budget_tick: Duration,
 }
 
 /// The node health agent's flags (the rendered `kubean-karpenter-health-agent` DaemonSet).
@@ -131,6 +138,9 @@ pub fn controller(args: ControllerArgs) -> Result<ExitCode, Failure> {
     }
     if args.health.health_agent {
         return health_agent(args);
+    }
+    if args.budget_only {
+        return budget_only(args);
     }
     let target = resolve_target(&args.store, true)?.ok_or_else(|| {
         Failure::msg(
@@ -189,6 +199,35 @@ fn lease(args: &ControllerArgs) -> LeaseConfig {
             .unwrap_or_else(kk_live::controller::default_identity),
         duration: args.lease_duration,
     }
+}
+
+/// `--budget-only`: the budget controller under its own service account and Lease.
+fn budget_only(args: ControllerArgs) -> Result<ExitCode, Failure> {
+    use kk_live::controller::budget::{BudgetConfig, BudgetController};
+    let metrics_addr = metrics_addr(&args)?;
+    kk_live::controller::init_logging(args.log_format == "json");
+    runtime()?.block_on(async {
+        let connected =
+            kk_live::client::connect(&args.kube.options(), kk_live::client::Timeouts::Controller)
+                .await?;
+        let config = BudgetConfig {
+            tick: args.budget_tick,
+            record_namespace: args.lease_namespace.clone(),
+            lease: lease(&args),
+        };
+        let mut controller = BudgetController::new(
+            connected.config,
+            config,
+            std::sync::Arc::new(crate::budget::SimJudge),
+        )?;
+        if let Some(addr) = metrics_addr {
+            let bound = controller.bind(addr).await?;
+            eprintln!("serving /metrics, /healthz and /readyz on {bound}");
+        }
+        controller.run(kk_live::controller::shutdown_signal()).await;
+        Ok::<_, Failure>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--csr-approver-only`: the approver under its own service account and Lease.
@@ -280,5 +319,17 @@ mod tests {
             default.args.orphan_node_grace.0,
             Some(Duration::from_secs(300))
         );
+    }
+
+    #[test]
+    fn the_budget_controller_runs_alone() {
+        let budget =
+            Wrapper::try_parse_from(["controller", "--budget-only", "--budget-tick=10s"]).unwrap();
+        assert!(budget.args.budget_only);
+        assert_eq!(budget.args.budget_tick, Duration::from_secs(10));
+        for other in ["--csr-approver-only", "--health-agent"] {
+            assert!(Wrapper::try_parse_from(["controller", "--budget-only", other]).is_err());
+        }
+        assert!(Wrapper::try_parse_from(["controller", "--budget-tick=10s"]).is_err());
     }
 }

@@ -19,6 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod ami_cmd;
 mod ami_pin_cmd;
 mod apply_cmd;
+mod budget;
 mod catalog_cmd;
 mod command;
 mod completion_cmd;

@@ -92,7 +92,7 @@ pub fn read_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
         Some(spec) => Ok((spec, source.base_dir)),
         // Not recognisably a spec: parse it as one anyway, for located errors.
         None => match kk_spec::parse_spec(&source.text, &source.name) {
-            Ok(spec) => Ok((spec, source.base_dir)),
+            Ok(spec) => Ok((priced(spec)?, source.base_dir)),
             Err(errors) => Err(spec_failure(&errors, &source.name)),
         },
     }
@@ -147,9 +147,25 @@ fn detect_spec(text: &str, name: &str) -> Result<Option<LoadedSpec>, Failure> {
     {
         return Ok(None);
     }
-    spec_from_documents(docs, name)
-        .map(Some)
-        .map_err(|errors| spec_failure(&errors, name))
+    let loaded = spec_from_documents(docs, name).map_err(|errors| spec_failure(&errors, name))?;
+    priced(loaded).map(Some)
+}
+
+/// A valid spec whose budgets its prices can pay for (`crate::budget`), else every budget
+/// problem, located as kk-spec's are.
+fn priced(loaded: LoadedSpec) -> Result<LoadedSpec, Failure> {
+    let errors: Vec<SpecError> = crate::budget::spec_problems(&loaded.spec)
+        .into_iter()
+        .map(|(path, message)| {
+            SpecError::new(&loaded.file, Some(loaded.document.pos(&path)), message)
+                .at_field(path.to_string())
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(spec_failure(&errors, &loaded.file))
+    }
 }
 
 /// The YAML files of a spec's rendered bundle, named `<spec>#<bundle path>`.
@@ -259,7 +275,7 @@ pub fn load_spec(arg: &str) -> Result<(LoadedSpec, PathBuf), Failure> {
 
 /// A spec from text (the built-in example).
 pub fn load_text(text: &str, file: &str) -> Result<LoadedSpec, Failure> {
-    kk_spec::parse_spec(text, file).map_err(|errors| spec_failure(&errors, file))
+    priced(kk_spec::parse_spec(text, file).map_err(|errors| spec_failure(&errors, file))?)
 }
 
 #[cfg(test)]

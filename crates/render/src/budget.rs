@@ -7,7 +7,7 @@
 //! out of the NodePool), so the two never fight over it.
 //!
 //! What the controller's identity can do is narrowed twice. RBAC: read NodePools, NodeClaims,
-//! Nodes and NodeOverlays, patch NodePools, create Events, and its one record (a ConfigMap
+//! EC2NodeClasses, Nodes and NodeOverlays, patch NodePools, create Events, and its one record (a ConfigMap
 //! beside its Lease). A ValidatingAdmissionPolicy on NodePool writes: it may only update a
 //! budgeted NodePool's budget resource limit — no create (a server-side apply to a missing
 //! object creates it), no delete, no template, replicas, disruption, weight, labels or
@@ -29,8 +29,7 @@ use crate::controller_workload as workload;
 use crate::names;
 use crate::{Bundle, RenderError};
 
-/// How often the controller recomputes the limits when nothing changed (a watch wakes it on
-/// every change).
+/// How often the controller reads the cluster and recomputes the limits.
 const TICK: &str = "30s";
 
 /// The budgeted pools and the resource each narrows, as a CEL map literal.
@@ -194,6 +193,8 @@ fn manifests(cluster: &ElasticCluster, image: String) -> Vec<Value> {
                 // limit of a budgeted NodePool.
                 { "apiGroups": ["karpenter.sh"], "resources": ["nodepools"], "verbs": ["get", "list", "watch", "patch"] },
                 { "apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodeoverlays"], "verbs": ["get", "list", "watch"] },
+                // Node classes carry the kubelet settings that size a node's capacity.
+                { "apiGroups": ["karpenter.k8s.aws"], "resources": ["ec2nodeclasses"], "verbs": ["get", "list", "watch"] },
                 { "apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"] },
                 { "apiGroups": [""], "resources": ["events"], "verbs": ["create"] },
             ],

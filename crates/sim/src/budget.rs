@@ -25,23 +25,10 @@ use serde_json::Value;
 
 use crate::labels;
 use crate::model::Pool;
+pub use crate::model::{PoolBudget, PoolLedger, PricedNode};
 use crate::offerings::OfferingFilter;
 use crate::req::Requirements;
 use crate::solver::{Input, instance_requirements};
-
-/// A NodePool's budget as its annotations carry it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolBudget {
-    /// The pool's own budget, micro-dollars per hour (`None`: only the cluster's applies).
-    pub per_hour: Option<i64>,
-    pub warn_percent: u8,
-    /// The limit key the budget narrows.
-    pub resource: String,
-    /// The spec's own `limits[resource]`, catalog units.
-    pub ceiling: Option<i64>,
-    /// The whole fleet's budget, micro-dollars per hour.
-    pub cluster_per_hour: Option<i64>,
-}
 
 /// Reads a NodePool's budget annotations: `Ok(None)` without them, else the budget or the
 /// annotation that is wrong and why.
@@ -119,18 +106,6 @@ pub fn read_annotations(
         ceiling,
         cluster_per_hour,
     }))
-}
-
-/// The offering a budget is priced against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PricedNode {
-    pub instance_type: String,
-    pub capacity_type: String,
-    /// Micro-dollars per hour.
-    pub price: i64,
-    /// Units of the budget's resource it brings.
-    pub units: i64,
 }
 
 /// How a pool's offerings price its budget's resource.
@@ -420,40 +395,6 @@ fn claim_requirements(claim: &Value) -> Requirements {
         }
     }
     r
-}
-
-/// One budgeted pool's account.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolLedger {
-    pub node_pool: String,
-    pub resource: String,
-    /// The pool's own budget, $/h.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub per_hour: Option<f64>,
-    pub warn_percent: u8,
-    /// What its nodes and claims cost, $/h.
-    pub spend_per_hour: f64,
-    /// What Karpenter counts of the resource (catalog units as a quantity).
-    pub used: String,
-    /// The limit the budget allows, as a quantity; `None` when it could not be priced.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit: Option<String>,
-    /// The next node it would launch, when one more would pass the budget.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blocked_next: Option<PricedNode>,
-    /// Why its budget could not be priced.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-    /// The offering that prices a unit of its limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dearest: Option<PricedNode>,
-    #[serde(skip)]
-    pub limit_units: Option<i64>,
-    #[serde(skip)]
-    pub spend: i64,
-    #[serde(skip)]
-    pub budget: i64,
 }
 
 impl PoolLedger {

@@ -5,6 +5,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use kk_catalog::KubeletOverrides;
+use serde::Serialize;
 
 pub use kk_karpenter::taint::{Effect, Taint, Toleration, TolerationOp, untolerated};
 
@@ -185,10 +186,10 @@ pub struct Pool {
     /// type's (input/overlays.rs).
     pub capacity_overlay: BTreeMap<usize, BTreeMap<String, i64>>,
     /// Its spend budget, from its annotations (budget.rs).
-    pub budget: Option<crate::budget::PoolBudget>,
-    /// Its budget's account once [`crate::budget::narrow`] has set its limit: why a launch
+    pub budget: Option<PoolBudget>,
+    /// Its budget's account once the budget's limit is set (`budget::narrow`): why a launch
     /// past it stays Pending.
-    pub budget_account: Option<crate::budget::PoolLedger>,
+    pub budget_account: Option<PoolLedger>,
 }
 
 impl Pool {
@@ -230,4 +231,66 @@ impl Node {
     pub fn pool(&self) -> Option<&str> {
         self.labels.get(crate::labels::NODEPOOL).map(String::as_str)
     }
+}
+
+// Spend budgets (issue #51): what budget.rs reads and computes, kept here with the pool.
+
+/// A NodePool's budget as its annotations carry it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolBudget {
+    /// The pool's own budget, micro-dollars per hour (`None`: only the cluster's applies).
+    pub per_hour: Option<i64>,
+    pub warn_percent: u8,
+    /// The limit key the budget narrows.
+    pub resource: String,
+    /// The spec's own `limits[resource]`, catalog units.
+    pub ceiling: Option<i64>,
+    /// The whole fleet's budget, micro-dollars per hour.
+    pub cluster_per_hour: Option<i64>,
+}
+
+/// The offering a budget is priced against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PricedNode {
+    pub instance_type: String,
+    pub capacity_type: String,
+    /// Micro-dollars per hour.
+    pub price: i64,
+    /// Units of the budget's resource it brings.
+    pub units: i64,
+}
+
+/// One budgeted pool's account.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolLedger {
+    pub node_pool: String,
+    pub resource: String,
+    /// The pool's own budget, $/h.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_hour: Option<f64>,
+    pub warn_percent: u8,
+    /// What its nodes and claims cost, $/h.
+    pub spend_per_hour: f64,
+    /// What Karpenter counts of the resource (catalog units as a quantity).
+    pub used: String,
+    /// The limit the budget allows, as a quantity; `None` when it could not be priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// The next node it would launch, when one more would pass the budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked_next: Option<PricedNode>,
+    /// Why its budget could not be priced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// The offering that prices a unit of its limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dearest: Option<PricedNode>,
+    #[serde(skip)]
+    pub limit_units: Option<i64>,
+    #[serde(skip)]
+    pub spend: i64,
+    #[serde(skip)]
+    pub budget: i64,
 }

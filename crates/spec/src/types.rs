@@ -772,6 +772,59 @@ impl ClusterSpec {
     }
 }
 
+// Spend budgets (spend.rs): which pools a budget narrows, and how.
+
+impl Pool {
+    /// The resource a budget on this pool narrows: as written; else the GPU resource on a GPU
+    /// pool whose NodeClaims count its GPUs exactly (not time-sliced, where the Node advertises
+    /// more than the NodeClaim), else `cpu`.
+    pub fn budget_resource(&self) -> String {
+        if let Some(resource) = self.budget.as_ref().and_then(|b| b.resource.clone()) {
+            return resource;
+        }
+        match &self.gpu {
+            Some(gpu) if self.pool_type == PoolType::Gpu && gpu.sharing_replicas <= 1 => {
+                crate::spend::GPU_RESOURCE.to_owned()
+            }
+            _ => "cpu".to_owned(),
+        }
+    }
+}
+
+impl ClusterSpec {
+    /// The pools whose launches the budget controller narrows, with the resource it narrows:
+    /// dynamic pools with a budget, and every dynamic pool when the cluster has one. Static
+    /// pools (`replicas`) launch a fixed count; their spend is checked once, at validate.
+    pub fn budgeted_pools(&self) -> impl Iterator<Item = (&Pool, String)> {
+        self.pools
+            .iter()
+            .filter(|p| p.replicas.is_none() && (p.budget.is_some() || self.budget.is_some()))
+            .map(|p| (p, p.budget_resource()))
+    }
+
+    /// Whether the budget controller runs: a dynamic pool is budgeted.
+    pub fn runs_budget_controller(&self) -> bool {
+        self.budgeted_pools().next().is_some()
+    }
+
+    /// What a launch meets while the budget controller is silent.
+    pub fn on_controller_down(&self) -> crate::spend::OnControllerDown {
+        self.budget_enforcement
+            .as_ref()
+            .map(|e| e.on_controller_down)
+            .unwrap_or_default()
+    }
+
+    /// How old the controller's heartbeat may be (validated; the default where unparsable).
+    pub fn budget_stale_after(&self) -> std::time::Duration {
+        self.budget_enforcement
+            .as_ref()
+            .and_then(|e| e.stale_after.as_deref())
+            .and_then(|text| crate::time::parse_duration(text).ok())
+            .unwrap_or(crate::spend::DEFAULT_STALE_AFTER)
+    }
+}
+
 /// `queue` on a GPU pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -10,6 +10,7 @@ mod apply_aws_testbed;
 mod apply_more_testbed;
 mod apply_testbed;
 mod architecture;
+mod budget;
 mod ca_bundle;
 mod catalog;
 mod cli;

@@ -5,7 +5,8 @@
 //! - [`orphan_sweep`]: deletes Nodes whose instance no NodeClaim owns.
 //!
 //! [`health_agent`] is the binary's other in-cluster role: one per node of a pool with
-//! `health` on, no leader, writing its own Node's health conditions.
+//! `health` on, no leader, writing its own Node's health conditions. [`budget`] is a third,
+//! under its own Lease: it keeps budgeted NodePools' limits where their spend budgets put them.
 //!
 //! Module dependencies point one way: `metrics` reads `leader`'s state and the approver's
 //! decisions; `leader` reports through [`leader::LeaseObserver`] and knows nothing above it.
@@ -20,6 +21,7 @@
 //! `/metrics`, `/healthz` and `/readyz` are served on `metrics_addr` by [`listener`], which
 //! bounds what an unauthenticated client can hold.
 
+pub mod budget;
 pub mod csr_approver;
 pub mod health_agent;
 mod leader;

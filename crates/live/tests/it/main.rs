@@ -3,6 +3,7 @@
 //! Every test binary links the crate and all its dependencies again, so the tests live
 //! in one binary rather than one per file; add a module here, not a file in `tests/`.
 
+mod budget;
 mod common;
 mod controller_namespaces;
 mod csr_approver;

@@ -33,24 +33,37 @@ async fn forget_pods(client: &Client, objects: &[(String, Value)]) {
 /// controllers, so nothing creates a namespace's default ServiceAccount).
 async fn prepare_namespaces(client: &Client) {
     // A dry run creates no namespace, so the bundles' own (karpenter, gpu-operator, each of our
-    // controllers') exist first: this test must not depend on others having made them.
+    // controllers') exist first: this test must not depend on others having made them. Ours
+    // carry our label, as apply makes them (apply refuses to move into one it did not make).
     use kk_spec::names;
+    let ours = [
+        names::ROTATOR,
+        names::CSR_APPROVER,
+        names::HEALTH_AGENT,
+        names::BUDGET,
+    ]
+    .map(names::controller_namespace);
     for ns in [
         "kubean-system",
         "karpenter",
         "default",
         "kube-system",
         "gpu-operator",
-        names::controller_namespace(names::ROTATOR),
-        names::controller_namespace(names::CSR_APPROVER),
-        names::controller_namespace(names::HEALTH_AGENT),
-        names::controller_namespace(names::BUDGET),
-    ] {
+    ]
+    .into_iter()
+    .chain(ours)
+    {
+        let labels = if ours.contains(&ns) {
+            json!({"app.kubernetes.io/managed-by": "kubean-karpenter"})
+        } else {
+            json!({})
+        };
         let api: Api<Namespace> = Api::all(client.clone());
         let _ = api
             .create(
                 &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+                &serde_json::from_value(json!({"metadata": {"name": ns, "labels": labels}}))
+                    .unwrap(),
             )
             .await;
         let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);

@@ -34,7 +34,7 @@ pub(super) struct Limits {
 impl Limits {
     pub(super) fn new(
         limits: &BTreeMap<String, i64>,
-        budget: Option<&crate::budget::PoolLedger>,
+        budget: Option<&crate::model::PoolLedger>,
         index: &ResIndex,
     ) -> Limits {
         let mut remaining = Vec::new();
