@@ -2,7 +2,8 @@
 //! `grafana_dashboard: "1"` label that Grafana's dashboard sidecar (kube-prometheus-stack's
 //! default) loads. Our own panels and queries, on the same pinned metric names as the alerts
 //! (`monitoring.rs`): cost per pool, nodes by capacity type, pending pods, launch →
-//! initialized latency, interruption messages, the join token's lifetime.
+//! initialized latency, interruption messages, the join token's lifetime, and spend against
+//! each spend budget.
 
 use kk_spec::{ElasticCluster, Monitoring};
 use serde_json::{Value, json};
@@ -114,6 +115,23 @@ pub fn dashboard(cluster: &ElasticCluster) -> Value {
                 (
                     "sum by (reason) (increase(kubean_karpenter_csr_decisions_total[1h]))",
                     "CSRs {{reason}}",
+                ),
+            ],
+        ));
+    }
+    if cluster.spec.runs_budget_controller() {
+        panels.push(panel(
+            7,
+            "Spend vs budget per pool ($/h)",
+            "currencyUSD",
+            &[
+                (
+                    "max by (pool) (kubean_karpenter_spend_per_hour)",
+                    "{{pool}} spend",
+                ),
+                (
+                    "max by (pool) (kubean_karpenter_budget_per_hour)",
+                    "{{pool}} budget",
                 ),
             ],
         ));

@@ -234,7 +234,51 @@ pub fn rule_groups(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {
             ),
         ));
     }
+    if spec.runs_budget_controller() {
+        budget_rules(spec, &mut rules);
+    }
     json!([{ "name": NAME, "rules": rules }])
+}
+
+/// Spend budgets (docs/guide/budgets.md): spend at the warning share, a pool whose next node
+/// would pass its budget, and a budget controller that has gone silent.
+fn budget_rules(spec: &kk_spec::ClusterSpec, rules: &mut Vec<Value>) {
+    rules.push(alert(
+        "KubeanKarpenterSpendNearBudget",
+        "max by (pool) (kubean_karpenter_spend_per_hour) >= on (pool) max by (pool) (kubean_karpenter_budget_warn_per_hour)".to_owned(),
+        "10m",
+        "warning",
+        "Pool {{ $labels.pool }} spends past its budget's warning share",
+        runbook(
+            "budget-enforced",
+            "Raise the pool's budget.perHour before launches stop, or free room (kubean-karpenter plan --disrupt).",
+        ),
+    ));
+    rules.push(alert(
+        "KubeanKarpenterBudgetExhausted",
+        "max by (pool) (kubean_karpenter_budget_exhausted) == 1".to_owned(),
+        "5m",
+        "warning",
+        "Pool {{ $labels.pool }} is at its spend budget: pods that need another node stay Pending",
+        runbook(
+            "budget-enforced",
+            "The NodePool's BudgetExhausted Event names the node that would pass the budget; raise the budget or free room.",
+        ),
+    ));
+    let stale = spec.budget_stale_after().as_secs();
+    rules.push(alert(
+        "KubeanKarpenterBudgetControllerDown",
+        format!(
+            "absent(kubean_karpenter_budget_heartbeat_timestamp_seconds) or (time() - max(kubean_karpenter_budget_heartbeat_timestamp_seconds) > {stale})"
+        ),
+        "5m",
+        "critical",
+        "The budget controller has recorded no heartbeat: budgeted pools' limits no longer follow their spend",
+        runbook(
+            "budget-enforced",
+            "With onControllerDown: deny their launches are refused meanwhile; bring the kubean-karpenter-budget Deployment back.",
+        ),
+    ));
 }
 
 fn rule(cluster: &ElasticCluster, monitoring: &Monitoring) -> Value {

@@ -111,6 +111,44 @@ pub struct PoolRow {
     /// Per limited resource (and `nodes`): what the pool's nodes hold of the limit, counted
     /// as Karpenter counts them (node capacity).
     pub limits: BTreeMap<String, Use>,
+    /// Its spend budget against what it spends (issue #51).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetRow>,
+}
+
+/// A budgeted pool's spend against its budget, as the budget controller reckons it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetRow {
+    /// US dollars per hour: its budget (its own, or its share of the cluster's).
+    pub per_hour: f64,
+    /// What its nodes and NodeClaims cost.
+    pub spend_per_hour: f64,
+    pub warn_percent: u8,
+    pub resource: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// One more node would pass the budget: launches wait.
+    pub at_budget: bool,
+}
+
+impl BudgetRow {
+    fn of(account: &crate::model::PoolLedger) -> BudgetRow {
+        BudgetRow {
+            per_hour: kk_model::spend::dollars(account.budget),
+            spend_per_hour: account.spend_per_hour,
+            warn_percent: account.warn_percent,
+            resource: account.resource.clone(),
+            limit: account.limit.clone(),
+            at_budget: account.blocked_next.is_some(),
+        }
+    }
+
+    /// Spend has reached the warning share of the budget.
+    pub fn warns(&self) -> bool {
+        self.per_hour > 0.0
+            && self.spend_per_hour >= self.per_hour * f64::from(self.warn_percent) / 100.0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -338,6 +376,7 @@ impl Fleet {
                     nodes: members.len(),
                     price_per_hour: round(price),
                     limits,
+                    budget: p.budget_account.as_ref().map(BudgetRow::of),
                 }
             })
             .collect();
@@ -429,6 +468,7 @@ impl Fleet {
                 nodes: mine.len(),
                 price_per_hour: round(price),
                 limits: BTreeMap::new(),
+                budget: p.budget_account.as_ref().map(BudgetRow::of),
             });
         }
         let pending = pending_groups(plan, false, |_| true);

@@ -239,6 +239,33 @@ pub fn lines(fleet: &Fleet, width: usize, clock: &str) -> Vec<Line> {
                 if at_limit { Tone::Warn } else { Tone::Plain },
             ),
         ]);
+        if let Some(b) = &p.budget {
+            // The spend budget under the pool's line: spend of budget, and whether it holds
+            // launches back.
+            out.push(vec![(
+                format!(
+                    "{} budget {}/{} ({:.0}%){}",
+                    fit("", 16),
+                    money(b.spend_per_hour),
+                    money(b.per_hour),
+                    if b.per_hour > 0.0 {
+                        100.0 * b.spend_per_hour / b.per_hour
+                    } else {
+                        0.0
+                    },
+                    if b.at_budget {
+                        ": at budget, launches wait"
+                    } else {
+                        ""
+                    }
+                ),
+                if b.at_budget || b.warns() {
+                    Tone::Warn
+                } else {
+                    Tone::Plain
+                },
+            )]);
+        }
     }
 
     if !fleet.node_claims_in_flight.is_empty() {

@@ -7,6 +7,7 @@
 mod harness;
 mod lab_adopt;
 mod lab_apply_killed;
+mod lab_budget;
 mod lab_doctor;
 mod lab_drift;
 mod lab_e2e;

@@ -537,3 +537,75 @@ fn the_dashboard_satisfies_grafanas_published_schema_and_a_wrong_one_does_not() 
     let (ok, out) = type_check(&prefix, &unknown);
     assert!(!ok && out.contains("refreshEvery"), "{out}");
 }
+
+fn budgets_cluster() -> ElasticCluster {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/specs/budgets.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    parse_spec(&text, "budgets").unwrap().spec
+}
+
+/// The three budget alerts on series the budget controller exports: pool a at 90 % of its
+/// budget (warning share 80 %) and at its budget from minute 10; pool b quiet; the heartbeat
+/// stops at minute 10 (staleAfter 2m).
+fn budget_cases(groups: &Value) -> Vec<Value> {
+    let near = "KubeanKarpenterSpendNearBudget";
+    let exhausted = "KubeanKarpenterBudgetExhausted";
+    let down = "KubeanKarpenterBudgetControllerDown";
+    vec![json!({
+        "interval": "1m",
+        "input_series": [
+            series("kubean_karpenter_spend_per_hour{pool=\"a\"}", "0.18x30"),
+            series("kubean_karpenter_budget_warn_per_hour{pool=\"a\"}", "0.16x30"),
+            series("kubean_karpenter_spend_per_hour{pool=\"b\"}", "1x30"),
+            series("kubean_karpenter_budget_warn_per_hour{pool=\"b\"}", "16x30"),
+            series("kubean_karpenter_budget_exhausted{pool=\"a\"}", "0x9 1x20"),
+            series("kubean_karpenter_budget_exhausted{pool=\"b\"}", "0x30"),
+            series("kubean_karpenter_budget_heartbeat_timestamp_seconds", "0+60x10 _x20"),
+        ],
+        "alert_rule_test": [
+            check(near, "5m", vec![]),
+            check(near, "12m", vec![firing(groups, near, json!({ "pool": "a" }))]),
+            check(exhausted, "12m", vec![]),
+            check(exhausted, "16m", vec![firing(groups, exhausted, json!({ "pool": "a" }))]),
+            check(down, "8m", vec![]),
+            check(down, "22m", vec![firing(groups, down, json!({}))]),
+        ],
+    })]
+}
+
+#[test]
+fn the_budget_alerts_fire_on_their_trouble_and_stay_quiet_otherwise() {
+    let budgeted = groups(&budgets_cluster());
+    let names: Vec<&str> = budgeted[0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .filter(|n| n.contains("Budget"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "KubeanKarpenterSpendNearBudget",
+            "KubeanKarpenterBudgetExhausted",
+            "KubeanKarpenterBudgetControllerDown"
+        ]
+    );
+    assert!(
+        !groups(&self::cluster()).to_string().contains("Budget"),
+        "no budget alert without a budget"
+    );
+    if !promtool_or_skip() {
+        return;
+    }
+    let dir = TempDir::new().unwrap();
+    write_rules(dir.path(), &budgeted);
+    let tests = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": budget_cases(&budgeted),
+    });
+    std::fs::write(dir.path().join("tests.yaml"), tests.to_string()).unwrap();
+    let (ok, out) = promtool(dir.path(), &["test", "rules", "tests.yaml"]);
+    assert!(ok, "{out}");
+}
