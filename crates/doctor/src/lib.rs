@@ -107,6 +107,11 @@ pub struct Facts {
     /// the spec says the VPC is isolated).
     pub vpc_id: String,
     pub vpc_endpoints: Vec<kk_spec::vpc_endpoints::RequiredEndpoint>,
+    /// The budgeted pools and the resource each budget narrows; whether launches are refused
+    /// while the budget controller is silent, and after how long it counts as silent.
+    pub budgets: Vec<(String, String)>,
+    pub budget_deny: bool,
+    pub budget_stale_after: Duration,
 }
 
 /// The spec's static join token (`join.token`), kept to authenticate with; `Debug` shows at
@@ -200,6 +205,12 @@ impl Facts {
             reclaimable: kk_spec::interruption::reclaimable(spec),
             vpc_id: spec.aws.vpc_id.clone(),
             vpc_endpoints: kk_spec::vpc_endpoints::required(cluster),
+            budgets: spec
+                .budgeted_pools()
+                .map(|(p, resource)| (p.name.clone(), resource))
+                .collect(),
+            budget_deny: spec.on_controller_down() == kk_spec::OnControllerDown::Deny,
+            budget_stale_after: spec.budget_stale_after(),
         }
     }
 }

@@ -85,6 +85,8 @@ pub struct Snapshot {
     pub nodeclasses: Read<Vec<DynamicObject>>,
     pub cluster_info: Read<Option<ConfigMap>>,
     pub ccm_config: Read<Option<ConfigMap>>,
+    /// The budget controller's record (`kube-system/kubean-karpenter-budget`).
+    pub budget_record: Read<Option<ConfigMap>>,
     pub cluster_ca_hash: Read<String>,
     /// What the apiserver says the join token is: `None` when there is no token to check
     /// (no store value, static mode without a token); `Some(Ok(None))` when it does not
@@ -162,6 +164,7 @@ pub(crate) mod tests {
             nodeclasses: Ok(vec![]),
             cluster_info: Ok(None),
             ccm_config: Ok(None),
+            budget_record: Ok(None),
             cluster_ca_hash: Ok(String::new()),
             join_token: None,
             rbac: Ok(Rbac::default()),

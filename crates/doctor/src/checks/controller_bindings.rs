@@ -18,6 +18,8 @@ fn owner(binding: &Binding) -> Option<&'static str> {
     let in_lease_namespace = binding.namespace.as_deref() == Some(CONTROLLER_LEASE_NAMESPACE);
     match (binding.role_kind.as_str(), binding.role.as_str()) {
         ("ClusterRole", CSR_APPROVER_CLUSTER_ROLE) => Some(CSR_APPROVER),
+        ("ClusterRole", kk_spec::names::BUDGET_CLUSTER_ROLE) => Some(kk_spec::names::BUDGET),
+        ("Role", kk_spec::names::BUDGET) if in_lease_namespace => Some(kk_spec::names::BUDGET),
         ("Role", ROTATOR) if in_lease_namespace => Some(ROTATOR),
         ("Role", CSR_APPROVER) if in_lease_namespace => Some(CSR_APPROVER),
         _ => None,

@@ -57,10 +57,12 @@ fn is_controller(d: &Deployment, f: &Facts) -> bool {
             && (is_left_behind(d, f) || karpenters))
 }
 
-/// The name of the controller of ours `d` is: the rotator or the CSR approver, with our label.
+/// The name of the controller of ours `d` is: the rotator, the CSR approver or the budget
+/// controller, with our label.
 fn our_controller(d: &Deployment) -> Option<&str> {
     let name = d.metadata.name.as_deref()?;
-    (is_managed(d.metadata.labels.as_ref()) && (name == ROTATOR || name == CSR_APPROVER))
+    (is_managed(d.metadata.labels.as_ref())
+        && (name == ROTATOR || name == CSR_APPROVER || name == kk_spec::names::BUDGET))
         .then_some(name)
 }
 

@@ -12,6 +12,7 @@ use crate::snapshot::Snapshot;
 use crate::{Check, Facts, Status};
 
 mod aws;
+mod budget;
 mod cluster;
 mod controller_bindings;
 mod controllers;
@@ -54,6 +55,7 @@ pub fn all(s: &Snapshot, f: &Facts) -> Vec<Check> {
         gpu::device_plugin(s, f),
         gpu::device_plugin_for_pools(s, f),
         repair::node_health(s, f),
+        budget::budget_enforced(s, f),
         day_two::ami_pinned(s),
         drift::drift_progress(s),
         join::join_store(s, f),

@@ -360,9 +360,10 @@ pub async fn gather(
     );
     let daemonsets_api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::all(client.clone());
     let deployments_api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
-    let (cluster_info, ccm_config, ca_hash, rbac, daemonsets, deployments) = tokio::join!(
+    let (cluster_info, ccm_config, budget_record, ca_hash, rbac, daemonsets, deployments) = tokio::join!(
         cm_public.get_opt("cluster-info"),
         cm_system.get_opt("aws-cloud-controller-manager-config"),
+        cm_system.get_opt(kk_spec::names::BUDGET),
         crate::cahash::from_cluster(client, "kube-system"),
         rbac(client),
         daemonsets_api.list(&all),
@@ -486,6 +487,9 @@ pub async fn gather(
         ccm_config: read(
             ccm_config
                 .map_err(|e| kube_err("get kube-system/aws-cloud-controller-manager-config", e)),
+        ),
+        budget_record: read(
+            budget_record.map_err(|e| kube_err("get kube-system/kubean-karpenter-budget", e)),
         ),
         cluster_ca_hash: read(ca_hash.map_err(GatherError::from)),
         join_token,
