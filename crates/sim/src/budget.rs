@@ -355,10 +355,11 @@ pub fn holdings_from_claims<'a>(
                     }
                 }
             }
-            let price = labelled_price(catalog, &labels_of).or_else(|| {
-                let requirements = claim_requirements(c);
-                dearest_allowed(catalog, &requirements)
-            });
+            // The claim's labels once launched, else its Node's, else (still launching) the
+            // dearest offering its requirements allow.
+            let price = labelled_price(catalog, &labels_of)
+                .or_else(|| node.and_then(|n| labelled_price(catalog, &n.labels)))
+                .or_else(|| dearest_allowed(catalog, &claim_requirements(c)));
             Some(Holding {
                 pool,
                 capacity,
@@ -441,6 +442,49 @@ impl PoolLedger {
     }
 }
 
+/// A budgeted pool's spend before and after a disruption plan, and the room each leaves in
+/// nodes of its cheapest type (`plan --disrupt`: when consolidation frees room under a budget).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetRoom {
+    pub node_pool: String,
+    pub per_hour: f64,
+    pub spend_before: f64,
+    pub spend_after: f64,
+    /// The pool's cheapest node, and how many more of it fit under the budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cheapest: Option<String>,
+    pub room_before: i64,
+    pub room_after: i64,
+}
+
+/// [`BudgetRoom`] of each budgeted pool of `pools`, given its spend (US dollars per hour) after.
+pub fn room(pools: &[Pool], spend_after: impl Fn(&str) -> f64) -> Vec<BudgetRoom> {
+    pools
+        .iter()
+        .filter_map(|p| p.budget_account.as_ref())
+        .map(|account| {
+            let after = micro_from_dollars(spend_after(&account.node_pool));
+            let nodes = |spend: i64| match &account.cheapest {
+                Some(c) if c.price > 0 => ((account.budget - spend).max(0) / c.price).max(0),
+                _ => 0,
+            };
+            BudgetRoom {
+                node_pool: account.node_pool.clone(),
+                per_hour: spend::dollars(account.budget),
+                spend_before: account.spend_per_hour,
+                spend_after: spend::dollars(after),
+                cheapest: account
+                    .cheapest
+                    .as_ref()
+                    .map(|c| format!("{} {}", c.instance_type, c.capacity_type)),
+                room_before: nodes(account.spend),
+                room_after: nodes(after),
+            }
+        })
+        .collect()
+}
+
 /// Every budgeted pool's account, and the fleet's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -498,20 +542,28 @@ pub fn ledger(pools: &[Pool], catalog: &Catalog, holdings: &[Holding]) -> Ledger
             effective = Some(effective.map_or(fleet_share, |b| b.min(fleet_share)));
         }
         let headroom = headroom.unwrap_or(0).max(0);
-        let (limit, blocked_next, problem, dearest) = match rate(catalog, pool, &budget.resource) {
-            Ok(rate) => {
-                let room = (headroom as i128 * rate.dearest.units as i128
-                    / rate.dearest.price.max(1) as i128) as i64;
-                let mut limit = used + room;
-                if let Some(ceiling) = budget.ceiling {
-                    limit = limit.min(ceiling);
+        let (limit, blocked_next, problem, dearest, cheapest) =
+            match rate(catalog, pool, &budget.resource) {
+                Ok(rate) => {
+                    let room = (headroom as i128 * rate.dearest.units as i128
+                        / rate.dearest.price.max(1) as i128) as i64;
+                    let mut limit = used + room;
+                    if let Some(ceiling) = budget.ceiling {
+                        limit = limit.min(ceiling);
+                    }
+                    let limit = limit.max(used);
+                    let blocked =
+                        (limit - used < rate.cheapest.units).then(|| rate.cheapest.clone());
+                    (
+                        Some(limit),
+                        blocked,
+                        None,
+                        Some(rate.dearest),
+                        Some(rate.cheapest),
+                    )
                 }
-                let limit = limit.max(used);
-                let blocked = (limit - used < rate.cheapest.units).then_some(rate.cheapest);
-                (Some(limit), blocked, None, Some(rate.dearest))
-            }
-            Err(e) => (Some(used), None, Some(e.to_string()), None),
-        };
+                Err(e) => (Some(used), None, Some(e.to_string()), None, None),
+            };
         out.pools.push(PoolLedger {
             node_pool: pool.name.clone(),
             resource: budget.resource.clone(),
@@ -523,6 +575,7 @@ pub fn ledger(pools: &[Pool], catalog: &Catalog, holdings: &[Holding]) -> Ledger
             blocked_next,
             problem,
             dearest,
+            cheapest,
             limit_units: limit,
             spend,
             budget: effective.unwrap_or(0),

@@ -287,6 +287,9 @@ pub struct PoolLedger {
     /// The offering that prices a unit of its limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dearest: Option<PricedNode>,
+    /// The cheapest node it can launch (what "room" is counted in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cheapest: Option<PricedNode>,
     #[serde(skip)]
     pub limit_units: Option<i64>,
     #[serde(skip)]

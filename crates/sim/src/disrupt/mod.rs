@@ -118,6 +118,13 @@ fn run_with(state: &ClusterState, opts: &Options, rebuild: bool) -> Result<Repor
         }),
         drift: None,
         repairs: repair::repairs(state, opts.now, opts.reboot_for_repair),
+        budgets: crate::budget::room(&state.input.pools, |pool| {
+            e.nodes
+                .values()
+                .filter(|n| n.pool.as_deref() == Some(pool))
+                .map(|n| n.price)
+                .sum()
+        }),
         warnings,
     })
 }

@@ -140,6 +140,9 @@ pub struct Report {
     /// Nodes node repair acts on (reported, not simulated: see `disrupt::repair`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repairs: Vec<super::repair::RepairOut>,
+    /// Budgeted pools: spend before and after, and the room each leaves under its budget.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<crate::budget::BudgetRoom>,
     pub warnings: Vec<String>,
 }
 
@@ -343,6 +346,24 @@ impl Report {
                 money(t.price_per_hour_after),
                 money(t.savings_per_hour),
                 money(t.savings_per_hour * 730.0)
+            );
+        }
+        for b in &self.budgets {
+            let cheapest = b.cheapest.as_deref().unwrap_or("node");
+            let _ = writeln!(
+                out,
+                "budget of nodepool {}: {}/h of {}/h now (room for {} more {cheapest}), {}/h after (room for {}){}",
+                b.node_pool,
+                money(b.spend_before),
+                money(b.per_hour),
+                b.room_before,
+                money(b.spend_after),
+                b.room_after,
+                if b.room_after > b.room_before {
+                    ": these commands free room under the budget"
+                } else {
+                    ""
+                }
             );
         }
         if !self.kept.is_empty() {

@@ -66,3 +66,32 @@ fn a_bad_budget_annotation_is_one_located_error() {
         "{text}"
     );
 }
+
+/// `plan --disrupt` on the idle GPU fleet with a budget that its four g5.xlarge ($1.006/h
+/// each) nearly spend: consolidation of the emptied nodes frees room under it.
+#[test]
+fn consolidation_frees_room_under_a_budget() {
+    use kk_sim::disrupt::{self, clock};
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/disrupt/gpu-idle.yaml");
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "metadata: {name: gpu}",
+        "metadata: {name: gpu, annotations: {kubean-karpenter.io/budget-per-hour: \"4.10\", kubean-karpenter.io/budget-resource: nvidia.com/gpu}}",
+        1,
+    );
+    let files = [SourceFile::new("gpu-idle.yaml", text)];
+    let state = disrupt::load(&files, &LoadOptions::default(), None).unwrap();
+    let opts =
+        crate::disrupt::whole_run(state.latest.unwrap() + clock::parse_duration("3h").unwrap());
+    let report = disrupt::run(&state, &opts).unwrap();
+    assert_eq!(report.budgets.len(), 1);
+    let b = &report.budgets[0];
+    assert_eq!((b.spend_before, b.per_hour), (4.024, 4.1));
+    assert_eq!(b.room_before, 0);
+    assert!(b.room_after >= 1, "{b:?}");
+    let table = report.render_table();
+    assert!(
+        table.contains("budget of nodepool gpu: $4.0240/h of $4.1000/h now (room for 0 more g6.xlarge on-demand), $0.0000/h after (room for 5): these commands free room under the budget"),
+        "{table}"
+    );
+}
