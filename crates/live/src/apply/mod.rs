@@ -11,9 +11,12 @@
 //! - [`helm`]: the bundle's Helm releases through the `helm` CLI.
 //! - [`handover`]: moving a controller of ours to another namespace with a standby ready
 //!   before the old one stops.
+//! - [`budget`]: handing back the limits the budget controller wrote on pools whose budget
+//!   is gone.
 
 pub mod aws;
 mod aws_desired;
+pub mod budget;
 pub mod efa;
 pub mod handover;
 pub mod helm;

@@ -408,6 +408,16 @@ pub async fn run(mut request: Request, progress: Progress<'_>) -> Result<Outcome
                 .await?;
             }
         }
+        if !options.dry_run {
+            let released = super::budget::release(&client, &objects)
+                .await
+                .map_err(|e| WorkflowError::cluster(which, "release budget limits", e))?;
+            for pool in released {
+                progress(format!(
+                    "{which}: NodePool {pool} has no budget now: the budget controller's limit is released"
+                ));
+            }
+        }
         let mut result = kube::apply_all(&client, &objects, &options).await;
         if options.dry_run
             && let Err(ApplyError::Refused(refusals)) = &result

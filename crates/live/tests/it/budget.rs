@@ -4,7 +4,9 @@
 //! raise a limit past the spec's, touch an unbudgeted pool, read a Secret, run a Pod) is
 //! performed and refused. The launch policy holds a budgeted pool's NodeClaims until the
 //! controller, running in this process under that identity, has written the pool's limit and
-//! recorded it; and, the controller silent past `staleAfter`, refuses them again.
+//! recorded it; and, the controller silent past `staleAfter`, refuses them again. `apply` of
+//! the same NodePool leaves the controller's limit alone, and once the budget is removed it
+//! hands the limit back before writing the pool's own.
 //! The controller's judge here is a fixed one (its pricing is kk-sim's, tested there and in
 //! the CLI's tests); what this test proves is the identity, the policies and the loop.
 
@@ -460,6 +462,47 @@ async fn the_budget_controller_writes_one_limit_and_launches_nothing() {
         ),
         other => panic!("a silent controller's pool launched: {other:?}"),
     }
+
+    // apply and the controller share the NodePool: applying the budgeted pool again (without
+    // taking conflicts over) succeeds and leaves the controller's limit alone.
+    let lab_object = objects
+        .iter()
+        .find(|(p, _)| *p == format!("nodepools/{lab}.yaml"))
+        .unwrap()
+        .clone();
+    let plain_apply = kk_live::apply::ApplyOptions::default();
+    kk_live::apply::apply_all(&admin, std::slice::from_ref(&lab_object), &plain_apply)
+        .await
+        .expect("apply never fights the budget controller over its limit");
+    assert_eq!(
+        pools_admin.get(&lab).await.unwrap().data["spec"]["limits"]["cpu"],
+        "4166m"
+    );
+    // The budget removed, the pool's own cpu limit set: the controller's limit would conflict,
+    // so apply hands it back first.
+    let mut unbudgeted = lab_object.clone();
+    unbudgeted.1["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("annotations");
+    unbudgeted.1["spec"]["limits"] = json!({ "cpu": "10", "memory": "64Gi" });
+    let conflict =
+        kk_live::apply::apply_all(&admin, std::slice::from_ref(&unbudgeted), &plain_apply).await;
+    assert!(
+        matches!(conflict, Err(kk_live::apply::ApplyError::Refused(_))),
+        "{conflict:?}"
+    );
+    let released = kk_live::apply::budget::release(&admin, std::slice::from_ref(&unbudgeted))
+        .await
+        .unwrap();
+    assert_eq!(released, std::slice::from_ref(&lab));
+    kk_live::apply::apply_all(&admin, std::slice::from_ref(&unbudgeted), &plain_apply)
+        .await
+        .unwrap();
+    assert_eq!(
+        pools_admin.get(&lab).await.unwrap().data["spec"]["limits"]["cpu"],
+        "10"
+    );
 
     for claim in [&launched, &plain_claim, &victim] {
         let _ = claims_admin
