@@ -265,3 +265,91 @@ pub fn render(cluster: &ElasticCluster, bundle: &mut Bundle) -> Result<(), Rende
         &manifests(cluster, workload::controller_image(cluster, controller)),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budgets() -> ElasticCluster {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fixtures/specs/budgets.yaml"),
+        )
+        .unwrap();
+        kk_spec::parse_spec(&text, "budgets.yaml").unwrap().spec
+    }
+
+    fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+        objects.iter().filter(|o| o["kind"] == kind).collect()
+    }
+
+    /// A policy check (it reads rendered text): the identity's rights as RBAC grants them.
+    /// The testbed test `crates/live/tests/it/budget.rs` performs the writes and sees them
+    /// refused.
+    #[test]
+    fn the_controller_may_read_patch_nodepools_and_create_events_only() {
+        let objects = manifests(&budgets(), "img@sha256:0".into());
+        let role = of_kind(&objects, "ClusterRole")[0];
+        for rule in role["rules"].as_array().unwrap() {
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
+            for verb in rule["verbs"].as_array().unwrap() {
+                let verb = verb.as_str().unwrap();
+                let allowed = match verb {
+                    "get" | "list" | "watch" => true,
+                    "patch" => resources == ["nodepools"],
+                    "create" => resources == ["events"],
+                    _ => false,
+                };
+                assert!(allowed, "{verb} on {resources:?}");
+            }
+            assert!(
+                !resources
+                    .iter()
+                    .any(|r| ["secrets", "pods", "nodeclaims/status"].contains(r))
+            );
+        }
+    }
+
+    /// A policy check: the Deployment carries no AWS credential and runs on the pod network
+    /// (no instance role through IMDS), so it cannot launch or end an instance.
+    #[test]
+    fn the_controller_has_no_way_to_aws() {
+        let objects = manifests(&budgets(), "img@sha256:0".into());
+        let deployment = of_kind(&objects, "Deployment")[0];
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_ne!(pod["hostNetwork"], json!(true));
+        let text = pod.to_string();
+        assert!(!text.contains("AWS_"), "{text}");
+        let args: Vec<&str> = pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(args.contains(&"--budget-only"));
+    }
+
+    #[test]
+    fn the_policies_name_the_budgeted_pools_and_the_spec_ceiling() {
+        let spec = budgets().spec;
+        assert_eq!(
+            managed_cel(&spec),
+            "{'budget-lab': 'cpu', 'inference': 'nvidia.com/gpu'}"
+        );
+        assert_eq!(ceilings_cel(&spec), "{'inference': '8'}");
+        let launch = launch_policy(&spec, &json!({}));
+        assert!(
+            launch["spec"]["matchConditions"][0]["expression"]
+                .as_str()
+                .unwrap()
+                .ends_with("in ['budget-lab', 'inference']")
+        );
+        // Deny mode (the fixture's): the heartbeat is checked, with staleAfter as a literal.
+        assert!(launch.to_string().contains("duration('120s')"));
+    }
+}
