@@ -3,8 +3,9 @@
 //! — `plan`, run first, predicts two launched and two Pending for the budget; Karpenter then
 //! launches exactly two (the budget controller narrowed the pool's cpu limit), the rest stay
 //! Pending with a BudgetExhausted Event on the NodePool, and `top` shows the pool at its
-//! budget. Raising the budget (the spec, re-applied) lets the other two launch, and under its
-//! budget the pool still consolidates the nodes a scale-down empties.
+//! budget. Raising the budget (the spec, re-applied) lets the other two launch. A second test:
+//! under its budget a pool still consolidates by replacement (an m6i.xlarge replaced by an
+//! m6i.large).
 
 use std::time::Duration;
 
@@ -209,18 +210,75 @@ fn a_budget_admits_two_nodes_and_pending_pods_say_so_until_it_is_raised() {
     );
     assert_eq!(limit(&lab, POOL).as_deref(), Some("8333m"));
 
-    // Under its budget the pool still consolidates: two pods fewer, and the nodes they leave
-    // empty go; the limit stays where the budget puts it.
-    lab.scale("spend", 2);
+    assert_no_orphan_no_duplicate(&lab);
+    lab.print_phases();
+}
+
+/// Under its budget a pool still consolidates by replacement: a 3-cpu pod needs an m6i.xlarge
+/// ($0.192/h of the pool's $0.40/h); once it asks for 1 cpu, Karpenter replaces the xlarge with
+/// an m6i.large, within the limit the budget controller wrote (8333m: the replacement's 2 cpu
+/// fit beside the xlarge's 4).
+#[test]
+fn a_pool_under_its_budget_still_consolidates_by_replacement() {
+    let Some(mut lab) = Lab::require("spend budgets: consolidation under a budget") else {
+        return;
+    };
+    let pool = "budget-shrink";
+    let (spec, bundle) = lab.render(|mut spec: String| {
+        spec.push_str(&format!(
+            "    - name: {pool}
+      type: cpu
+      nodeClass: kubean-aws-shrink
+      ami: {{id: ami-0c0ffee0c0ffee001}}
+      instances:
+        types: [m6i.large, m6i.xlarge]
+        capacityTypes: [on-demand]
+        arch: [amd64]
+      taints: [{{key: {pool}, value: \"true\", effect: NoSchedule}}]
+      budget: {{perHour: \"0.40\"}}
+      disruption: {{consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 30s}}
+      kubelet:
+        maxPods: 110
+"
+        ));
+        spec
+    });
+    lab.deploy(&spec, &bundle);
     lab.wait(
-        "consolidation removed the two emptied nodes",
-        4 * MIN,
-        |l| (claims_of(l, POOL).len() == 2 && pods_of(l, "spend") == (2, 0)).then_some(()),
+        "the budget controller wrote the pool's limit",
+        2 * MIN,
+        |l| limit(l, pool),
     );
-    live(&format!(
-        "   consolidated to 2 nodes; limit {:?}",
-        limit(&lab, POOL)
-    ));
+    let deployments: Api<Deployment> = Api::namespaced(lab.client.clone(), "default");
+    lab.server_side_apply(&deployments, "shrink", &deployment("shrink", pool, 1, "3"));
+    lab.wait("an m6i.xlarge for the 3-cpu pod", 5 * MIN, |l| {
+        let claims = claims_of(l, pool);
+        (claims.len() == 1 && is_true(&claims[0], "Initialized") && pods_of(l, "shrink") == (1, 0))
+            .then_some(())
+    });
+    assert_eq!(limit(&lab, pool).as_deref(), Some("8333m"));
+    lab.server_side_apply(&deployments, "shrink", &deployment("shrink", pool, 1, "1"));
+    lab.wait(
+        "consolidation replaced the xlarge with an m6i.large",
+        6 * MIN,
+        |l| {
+            let claims = claims_of(l, pool);
+            let types: Vec<String> = claims
+                .iter()
+                .filter_map(|nc| {
+                    nc.metadata
+                        .labels
+                        .as_ref()?
+                        .get("node.kubernetes.io/instance-type")
+                        .cloned()
+                })
+                .collect();
+            (types == ["m6i.large"]
+                && is_true(&claims[0], "Initialized")
+                && pods_of(l, "shrink") == (1, 0))
+                .then_some(())
+        },
+    );
     assert_no_orphan_no_duplicate(&lab);
     lab.print_phases();
 }
