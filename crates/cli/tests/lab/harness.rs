@@ -799,7 +799,16 @@ impl Lab {
         let operator: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(self.client.clone(), "gpu-operator");
         let overlays = self.dynamic("karpenter.sh", "v1alpha1", "NodeOverlay");
+        let budget: Api<Deployment> = Api::namespaced(
+            self.client.clone(),
+            kk_spec::names::controller_namespace(kk_spec::names::BUDGET),
+        );
         rt.block_on(async {
+            // The budget controller's Deployment (lab_budget): its pod stays Pending (the lab
+            // runs controllers as processes), which a later test's spec does not expect.
+            let _ = budget
+                .delete(kk_spec::names::BUDGET, &DeleteParams::default())
+                .await;
             let _ = plugin
                 .delete("nvidia-device-plugin", &DeleteParams::default())
                 .await;

@@ -23,9 +23,13 @@ pub fn snapshot(lab: &Lab) -> Value {
 fn unbound_pending(lab: &Lab) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     // Where the lab's pods are: the workloads', kube-system, Karpenter's and our controllers'.
-    let rotator = kk_spec::names::controller_namespace(kk_spec::names::ROTATOR);
-    let approver = kk_spec::names::controller_namespace(kk_spec::names::CSR_APPROVER);
-    for ns in ["default", "kube-system", "karpenter", rotator, approver] {
+    // (An earlier test's bundle may have left the budget controller's or the health agent's.)
+    use kk_spec::names::{BUDGET, CSR_APPROVER, HEALTH_AGENT, ROTATOR, controller_namespace};
+    let ours = [ROTATOR, CSR_APPROVER, BUDGET, HEALTH_AGENT].map(controller_namespace);
+    for ns in ["default", "kube-system", "karpenter"]
+        .into_iter()
+        .chain(ours)
+    {
         for p in lab.pods(ns) {
             let unbound = p.spec.as_ref().is_none_or(|s| s.node_name.is_none());
             // Not bound, phase Pending or no status yet.
