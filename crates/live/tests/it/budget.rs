@@ -4,7 +4,8 @@
 //! raise a limit past the spec's, touch an unbudgeted pool, read a Secret, run a Pod) is
 //! performed and refused. The launch policy holds a budgeted pool's NodeClaims until the
 //! controller, running in this process under that identity, has written the pool's limit and
-//! recorded it; and, the controller silent past `staleAfter`, refuses them again. `apply` of
+//! recorded it; and, the controller silent past `staleAfter`, refuses them again (with
+//! `onControllerDown: allow`, admits them, but still not a pool it never recorded). `apply` of
 //! the same NodePool leaves the controller's limit alone, and once the budget is removed it
 //! hands the limit back before writing the pool's own.
 //! The controller's judge here is a fixed one (its pricing is kk-sim's, tested there and in
@@ -461,6 +462,63 @@ async fn the_budget_controller_writes_one_limit_and_launches_nothing() {
             s.message
         ),
         other => panic!("a silent controller's pool launched: {other:?}"),
+    }
+    // onControllerDown: allow — the same silence admits launches (within the last limits).
+    let allow_text = std::fs::read_to_string(repo().join("fixtures/specs/budgets.yaml"))
+        .unwrap()
+        .replace("onControllerDown: deny", "onControllerDown: allow")
+        .replace("name: budget-lab", &format!("name: {lab}"))
+        .replace("name: inference", &format!("name: {gpu}"));
+    let allow = kk_spec::parse_spec(&allow_text, "budgets.yaml")
+        .unwrap()
+        .spec;
+    let ca = std::fs::read(repo().join("fixtures/specs/pki/ca.crt")).unwrap();
+    let launch_policy: Vec<(String, Value)> = kk_render::render(&allow, &ca)
+        .unwrap()
+        .manifests()
+        .into_iter()
+        .filter(|(p, o)| {
+            p == "rotator/budget.yaml"
+                && o["kind"] == "ValidatingAdmissionPolicy"
+                && o["metadata"]["name"] == kk_spec::names::BUDGET_LAUNCH_POLICY
+        })
+        .collect();
+    assert_eq!(launch_policy.len(), 1);
+    install(&admin, &launch_policy).await;
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match claims_admin.create(&dry, &node_claim(&lab, &lab_uid)).await {
+            Ok(_) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "allow mode never admitted a launch with a stale heartbeat: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Still not a pool the controller never recorded.
+    records
+        .patch(
+            BUDGET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {format!("enforced.{lab}"): null}})),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match claims_admin.create(&dry, &node_claim(&lab, &lab_uid)).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "allow mode launched a pool its controller never recorded: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
     // apply and the controller share the NodePool: applying the budgeted pool again (without
