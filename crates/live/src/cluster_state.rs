@@ -32,15 +32,24 @@ const CHUNK: usize = 2000;
 
 /// Lists every kind the disruption plan reads. `Err` on anything but "not served".
 pub async fn read_state(client: &Client) -> Result<Vec<(String, String)>, kube::Error> {
+    read_kinds(client, &KINDS).await.map_err(|(_, e)| e)
+}
+
+/// Lists each of `kinds` (group, version, kind, plural) as `List` documents; a kind the
+/// cluster does not serve reads as none. `Err` names the plural whose list failed.
+pub(crate) async fn read_kinds(
+    client: &Client,
+    kinds: &[(&'static str, &'static str, &'static str, &'static str)],
+) -> Result<Vec<(String, String)>, (&'static str, kube::Error)> {
     let mut out = Vec::new();
-    for (group, version, kind, plural) in KINDS {
+    for &(group, version, kind, plural) in kinds {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let list = match api.list(&ListParams::default()).await {
             Ok(l) => l,
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err((plural, e)),
         };
         let api_version = resource.api_version.clone();
         let items: Vec<Value> = list

@@ -27,8 +27,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::Client;
+use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -377,24 +377,9 @@ async fn exposition(State(metrics): State<Arc<BudgetMetrics>>) -> (StatusCode, S
 
 /// Lists the kinds a judge reads, as `List` documents.
 pub async fn read_documents(client: &Client) -> Result<Vec<(String, String)>, KubeCallError> {
-    let mut out = Vec::new();
-    for (group, version, kind, plural) in KINDS {
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let list = match api.list(&ListParams::default()).await {
-            Ok(l) => l,
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(KubeCallError::from_kube(format!("list {plural}"), e)),
-        };
-        let items: Vec<Value> = list
-            .items
-            .into_iter()
-            .filter_map(|o| crate::cluster_state::typed(o, &resource.api_version, kind))
-            .collect();
-        out.extend(crate::cluster_state::list_document(plural, items));
-    }
-    Ok(out)
+    crate::cluster_state::read_kinds(client, &KINDS)
+        .await
+        .map_err(|(plural, e)| KubeCallError::from_kube(format!("list {plural}"), e))
 }
 
 /// The live limit on `resource` of each NodePool, by name.
